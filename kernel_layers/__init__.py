@@ -1,0 +1,27 @@
+"""kernel-layers: trainable kernel-approximation layers for PyTorch Lightning."""
+
+from __future__ import annotations
+
+from kernel_layers.fourier import FourierLayer
+from kernel_layers.kernels import available_kernels, get_kernel, register_kernel
+from kernel_layers.nystrom import NystromLayer
+from kernel_layers.objectives import (
+    DILoss,
+    discriminant_information,
+    least_squares_loss,
+    nystrom_discriminant_information,
+)
+
+__all__ = [
+    "DILoss",
+    "FourierLayer",
+    "NystromLayer",
+    "available_kernels",
+    "discriminant_information",
+    "get_kernel",
+    "least_squares_loss",
+    "nystrom_discriminant_information",
+    "register_kernel",
+]
+
+__version__ = "0.1.0"

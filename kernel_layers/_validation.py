@@ -1,0 +1,133 @@
+"""Argument and tensor checks shared by the layers and objectives.
+
+Every message follows one format, ``"<owner>: argument '<name>' must be
+<expectation>, got <value>"``, so a user sees at once which layer or function
+complained, about which argument, what was expected and what arrived.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "check_features",
+    "check_finite",
+    "check_int",
+    "check_matrix",
+    "check_positive",
+    "is_compiling",
+]
+
+
+def is_compiling() -> bool:
+    """Whether we run under ``torch.compile`` tracing (data-dependent checks are skipped)."""
+    return bool(torch.compiler.is_compiling())
+
+
+def check_int(owner: str, name: str, value: object, *, minimum: int = 1) -> int:
+    """Return ``value`` as an ``int`` if it is an integer ``>= minimum``, else raise.
+
+    Raises:
+        TypeError: ``value`` is not an integer (``bool`` is rejected too).
+        ValueError: ``value < minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(
+            f"{owner}: argument '{name}' must be an integer >= {minimum}, got {value!r}"
+        )
+    if value < minimum:
+        raise ValueError(f"{owner}: argument '{name}' must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_positive(owner: str, name: str, value: object) -> float:
+    """Return ``value`` as a ``float`` if it is a finite real number ``> 0``, else raise.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ValueError: ``value`` is not finite or not positive.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{owner}: argument '{name}' must be a number > 0, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"{owner}: argument '{name}' must be a finite number > 0, got {value}")
+    return value
+
+
+def check_finite(owner: str, name: str, x: Tensor) -> None:
+    """Raise if ``x`` holds NaN or Inf (skipped under ``torch.compile``).
+
+    Raises:
+        ValueError: ``x`` has a non-finite entry.
+    """
+    if is_compiling():
+        return
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(
+            f"{owner}: argument '{name}' must be finite, got {bad} NaN/Inf "
+            f"value(s) in a tensor of shape {list(x.shape)}"
+        )
+
+
+def check_features(owner: str, name: str, x: object, width: int, *, min_ndim: int = 1) -> Tensor:
+    """Check a floating tensor of shape ``[..., width]`` with finite entries.
+
+    Args:
+        owner: the layer or function name used in messages.
+        name: the argument name used in messages.
+        x (Tensor[..., width]): the input.
+        width: the required size of the last dimension.
+        min_ndim: the least number of dimensions accepted.
+
+    Returns:
+        Tensor[..., width]: ``x`` itself.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor.
+        ValueError: wrong rank, wrong width, or NaN/Inf entries.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(
+            f"{owner}: argument '{name}' must be a torch.Tensor, got {type(x).__name__}"
+        )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{owner}: argument '{name}' must be a floating-point tensor, got dtype {x.dtype}"
+        )
+    if x.ndim < min_ndim:
+        raise ValueError(
+            f"{owner}: argument '{name}' must have at least {min_ndim} dimension(s) "
+            f"[..., {width}], got shape {list(x.shape)}"
+        )
+    if x.shape[-1] != width:
+        raise ValueError(
+            f"{owner}: argument '{name}' must have last dimension {width}, "
+            f"got shape {list(x.shape)}"
+        )
+    check_finite(owner, name, x)
+    return x
+
+
+def check_matrix(owner: str, name: str, x: object, *, width: int | None = None) -> Tensor:
+    """Check a finite floating tensor of shape ``[N, width]`` (any width if ``None``).
+
+    Returns:
+        Tensor[N, width]: ``x`` itself.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor.
+        ValueError: ``x`` is not 2-D, has the wrong width, or holds NaN/Inf.
+    """
+    if isinstance(x, Tensor) and x.ndim != 2:
+        expected = f"[N, {width}]" if width is not None else "[N, D]"
+        raise ValueError(
+            f"{owner}: argument '{name}' must have shape {expected}, got {list(x.shape)}"
+        )
+    shape_width = x.shape[-1] if isinstance(x, Tensor) else -1
+    return check_features(owner, name, x, shape_width if width is None else width, min_ndim=2)

@@ -1,0 +1,443 @@
+"""Discriminant Information (DI), its Nystrom form (NysDI) and the least-squares objective.
+
+For a mini-batch of features ``Phi (B x J)``, targets ``Y (B x L)`` and the centring
+``C = I - 11^T / B``, with ``Phi_c = C Phi`` and ``Y_c = C Y``::
+
+    DI = tr((Phi_c^T Phi_c + rho I)^-1 Phi_c^T Y Y^T Phi_c)
+
+(Kung, "Discriminant component analysis for privacy protection and visualization of
+big data", 2017; Al-Qershi/Li/Kung, "Kernel approximation via the Discriminant
+Information criterion", the *DI paper*). ``||Y_c||^2 - DI`` is the minimum
+regularised least-squares error (MRLSE) of a ridge fit of ``Y`` on ``Phi``, so
+maximising DI makes the features linearly separable.
+
+Numerics. ``S = Phi_c^T Phi_c + R`` (``R = rho I`` for DI, ``rho K_Z`` for NysDI) is
+factorised as ``S = L L^T`` in :data:`SOLVE_DTYPE` and ``DI = ||L^-1 M||_F^2`` with
+``M = Phi_c^T Y_c``; no inverse is formed. With ``A = S^-1 M`` the gradient has the
+closed form ``dDI/dPhi = 2 (Y_c - Phi_c A) A^T`` (already centred), so the backward
+pass costs ``O(B J L)`` and needs no ``B x J x J`` product; ``dDI/dR = -A A^T``.
+When ``B < J`` the dual form ``DI = ||Y_c||^2 - rho tr(Y_c^T (Phi_c Phi_c^T + rho I)^-1
+Y_c)`` gives the same value and gradient at ``O(B^2 J)``.
+
+Statistics. Everything above depends on the batch only through ``n``, the feature and
+target means, ``Phi_c^T Phi_c`` and ``Phi_c^T Y``: :class:`DIStatistics` holds them and
+:func:`merge_statistics` combines two batches exactly (Chan's parallel update, no
+``S - s s^T / n`` cancellation), which is what makes DI exact across processes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from kernel_layers._linalg import SOLVE_DTYPE, robust_cholesky
+from kernel_layers._validation import check_finite, check_int, check_matrix, check_positive
+from kernel_layers.kernels import Kernel, get_kernel
+from kernel_layers.nystrom import default_jitter, landmark_gram
+
+__all__ = [
+    "DEFAULT_RHO",
+    "DILoss",
+    "DIStatistics",
+    "di_statistics",
+    "discriminant_information",
+    "encode_targets",
+    "least_squares_loss",
+    "merge_statistics",
+    "nystrom_discriminant_information",
+]
+
+#: The paper's ridge parameter.
+DEFAULT_RHO = 1e-4
+
+
+def encode_targets(
+    targets: Tensor,
+    batch: int,
+    *,
+    num_classes: int | None = None,
+    owner: str = "discriminant_information",
+) -> tuple[Tensor, bool]:
+    """Turn labels into a one-hot matrix, or check a float target matrix.
+
+    Args:
+        targets (Tensor[B] | Tensor[B, L]): integer class labels in ``[0, num_classes)``
+            or a floating target matrix used as is.
+        batch: the number of feature rows ``B``.
+        num_classes: ``L`` for labels (default ``max(label) + 1``).
+        owner: the caller's name for messages.
+
+    Returns:
+        tuple[Tensor[B, L], bool]: the (unscaled) target matrix, and whether its columns
+        are one-hot class indicators (to be scaled to unit norm).
+    """
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"{owner}: argument 'targets' must be a torch.Tensor, got {type(targets).__name__}"
+        )
+    if targets.shape[0:1] != (batch,):
+        raise ValueError(
+            f"{owner}: argument 'targets' must have {batch} rows (one per feature row), "
+            f"got shape {list(targets.shape)}"
+        )
+    if targets.is_floating_point():
+        if targets.ndim != 2:
+            raise ValueError(
+                f"{owner}: argument 'targets' must be integer labels [B] or a float matrix "
+                f"[B, L], got a float tensor of shape {list(targets.shape)} "
+                "(use targets[:, None] for a single regression target, or .long() for labels)"
+            )
+        check_finite(owner, "targets", targets)
+        return targets, False
+    if targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(
+            f"{owner}: argument 'targets' must be integer labels or a float matrix, "
+            f"got dtype {targets.dtype}"
+        )
+    if targets.ndim != 1:
+        raise ValueError(
+            f"{owner}: argument 'targets' must be integer labels of shape [B], "
+            f"got shape {list(targets.shape)}"
+        )
+    low, high = int(targets.min()), int(targets.max())
+    if low < 0:
+        raise ValueError(f"{owner}: argument 'targets' must be labels >= 0, got {low}")
+    if num_classes is None:
+        num_classes = high + 1
+    num_classes = check_int(owner, "num_classes", num_classes)
+    if high >= num_classes:
+        raise ValueError(
+            f"{owner}: argument 'targets' must be labels < num_classes={num_classes}, got {high}"
+        )
+    onehot = torch.zeros(batch, num_classes, dtype=torch.get_default_dtype(), device=targets.device)
+    onehot.scatter_(1, targets.long()[:, None], 1.0)
+    return onehot, True
+
+
+class DIStatistics(NamedTuple):
+    """Sufficient statistics of a batch for DI (centred, so they merge without cancellation).
+
+    Attributes:
+        count (Tensor[]): number of rows ``n``.
+        mean (Tensor[J]): feature mean.
+        scatter (Tensor[J, J]): ``sum (phi - mean)(phi - mean)^T``.
+        target_mean (Tensor[L]): target mean.
+        cross (Tensor[J, L]): ``sum (phi - mean)(y - target_mean)^T``.
+        target_scatter (Tensor[L]): ``sum (y - target_mean)^2`` per column.
+        target_norm (Tensor[L]): ``sum y^2`` per column (class counts for one-hot).
+    """
+
+    count: Tensor
+    mean: Tensor
+    scatter: Tensor
+    target_mean: Tensor
+    cross: Tensor
+    target_scatter: Tensor
+    target_norm: Tensor
+
+
+def di_statistics(features: Tensor, targets: Tensor) -> DIStatistics:
+    """Statistics of one batch (no validation; see :func:`discriminant_information`).
+
+    Args:
+        features (Tensor[B, J]): features.
+        targets (Tensor[B, L]): target matrix.
+
+    Returns:
+        DIStatistics: in the features' dtype.
+    """
+    targets = targets.to(features.dtype)
+    mean, target_mean = features.mean(0), targets.mean(0)
+    phi_c, y_c = features - mean, targets - target_mean
+    return DIStatistics(
+        count=torch.tensor(float(features.shape[0]), dtype=features.dtype, device=features.device),
+        mean=mean,
+        scatter=phi_c.mT @ phi_c,
+        target_mean=target_mean,
+        cross=phi_c.mT @ y_c,
+        target_scatter=(y_c * y_c).sum(0),
+        target_norm=(targets * targets).sum(0),
+    )
+
+
+def merge_statistics(a: DIStatistics, b: DIStatistics) -> DIStatistics:
+    """Statistics of the union of two batches (Chan, Golub and LeVeque's update).
+
+    Exact in exact arithmetic and free of the ``S - s s^T / n`` cancellation.
+    """
+    n = a.count + b.count
+    w = a.count * b.count / n
+    dm, dy = b.mean - a.mean, b.target_mean - a.target_mean
+    return DIStatistics(
+        count=n,
+        mean=a.mean + dm * (b.count / n),
+        scatter=a.scatter + b.scatter + w * torch.outer(dm, dm),
+        target_mean=a.target_mean + dy * (b.count / n),
+        cross=a.cross + b.cross + w * torch.outer(dm, dy),
+        target_scatter=a.target_scatter + b.target_scatter + w * dy * dy,
+        target_norm=a.target_norm + b.target_norm,
+    )
+
+
+def _unit_column_scale(norm_sq: Tensor) -> Tensor:
+    """``1 / sqrt(norm_sq)`` for present columns, 0 for empty ones."""
+    return torch.where(norm_sq > 0, norm_sq.clamp_min(1e-300).rsqrt(), torch.zeros_like(norm_sq))
+
+
+def _solve_primal(
+    scatter: Tensor, cross: Tensor, ridge: Tensor, owner: str
+) -> tuple[Tensor, Tensor]:
+    """``DI = ||L^-1 M||^2`` and ``A = S^-1 M`` for ``S = scatter + ridge = L L^T``."""
+    s = scatter.to(SOLVE_DTYPE)
+    s = 0.5 * (s + s.mT) + ridge.to(SOLVE_DTYPE)
+    factor = robust_cholesky(s, owner=owner)
+    w = torch.linalg.solve_triangular(factor, cross.to(SOLVE_DTYPE), upper=False)
+    a = torch.linalg.solve_triangular(factor.mT, w, upper=True)
+    return (w * w).sum(), a
+
+
+class _DIFunction(torch.autograd.Function):
+    """DI with the closed-form backward ``dDI/dPhi = 2 (Y_c - Phi_c A) A^T``."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        features: Tensor,
+        targets: Tensor,
+        ridge: Tensor | None,
+        rho: float,
+        scale_columns: bool,
+        dual: bool,
+        owner: str,
+    ) -> Tensor:
+        targets = targets.to(features.dtype)
+        if scale_columns:
+            targets = targets * _unit_column_scale((targets * targets).sum(0))
+        phi_c = features - features.mean(0)
+        y_c = targets - targets.mean(0)
+        if dual:
+            gram = (phi_c @ phi_c.mT).to(SOLVE_DTYPE)
+            gram = 0.5 * (gram + gram.mT)
+            gram.diagonal().add_(rho)
+            factor = robust_cholesky(gram, owner=owner)
+            y64 = y_c.to(SOLVE_DTYPE)
+            q = torch.cholesky_solve(y64, factor)
+            di = (y64 * y64).sum() - rho * (y64 * q).sum()
+            a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
+            residual = (rho * q).to(features.dtype)
+        else:
+            if ridge is None:
+                ridge = torch.eye(features.shape[1], dtype=SOLVE_DTYPE, device=features.device)
+                ridge = ridge * rho
+            di, a64 = _solve_primal(phi_c.mT @ phi_c, phi_c.mT @ y_c, ridge, owner)
+            a = a64.to(features.dtype)
+            residual = y_c - phi_c @ a
+        ctx.save_for_backward(residual, a, y_c)
+        ctx.has_ridge = ridge is not None and not dual
+        return di.to(features.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        residual, a, y_c = ctx.saved_tensors
+        grad_features = grad_targets = grad_ridge = None
+        if ctx.needs_input_grad[0]:
+            grad_features = (2.0 * grad) * (residual @ a.mT)
+        if ctx.needs_input_grad[1]:
+            grad_targets = (2.0 * grad) * (y_c - residual)
+        if ctx.needs_input_grad[2] and ctx.has_ridge:
+            grad_ridge = (-grad) * (a @ a.mT)
+        return grad_features, grad_targets, grad_ridge, None, None, None, None
+
+
+def _check_rho(owner: str, rho: float) -> float:
+    return check_positive(owner, "rho", rho)
+
+
+def discriminant_information(
+    features: Tensor,
+    targets: Tensor,
+    *,
+    rho: float = DEFAULT_RHO,
+    num_classes: int | None = None,
+    form: str = "auto",
+) -> Tensor:
+    """Discriminant Information of a batch of features about its targets.
+
+    ``DI = tr((Phi_c^T Phi_c + rho I)^-1 Phi_c^T Y Y^T Phi_c)``, with ``0 <= DI <=
+    ||Y_c||_F^2`` (``= L - 1`` for unit-norm one-hot columns with all ``L`` classes
+    present). Differentiable with a closed-form backward.
+
+    Args:
+        features (Tensor[B, J]): features ``Phi``.
+        targets (Tensor[B] | Tensor[B, L]): integer labels (one-hot encoded, each
+            present class column scaled to unit norm) or a float target matrix used
+            as is (regression, multi-label).
+        rho: ridge parameter ``> 0``.
+        num_classes: number of classes ``L`` for integer labels (default
+            ``max(label) + 1``; absent classes contribute nothing).
+        form: ``"primal"`` (``J x J`` solve), ``"dual"`` (``B x B`` solve) or
+            ``"auto"`` (dual when ``B < J``). Both give the same value; note that with
+            ``B <= J`` the centred features span the batch and DI tends to its maximum
+            as ``rho -> 0``, which is why the paper keeps batches larger than ``J``.
+
+    Returns:
+        Tensor[]: DI, in the features' dtype.
+    """
+    owner = "discriminant_information"
+    check_matrix(owner, "features", features)
+    rho = _check_rho(owner, rho)
+    if form not in ("auto", "primal", "dual"):
+        raise ValueError(
+            f"{owner}: argument 'form' must be one of ['auto', 'primal', 'dual'], got {form!r}"
+        )
+    batch, width = features.shape
+    if batch < 2:
+        raise ValueError(f"{owner}: argument 'features' must have at least 2 rows, got {batch}")
+    y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
+    dual = form == "dual" or (form == "auto" and batch < width)
+    return _DIFunction.apply(features, y, None, rho, scale_columns, dual, owner)
+
+
+def nystrom_discriminant_information(
+    x: Tensor,
+    targets: Tensor,
+    landmarks: Tensor,
+    *,
+    kernel: str | Kernel = "gaussian",
+    gamma: float,
+    rho: float = DEFAULT_RHO,
+    jitter: float | None = None,
+    num_classes: int | None = None,
+) -> Tensor:
+    """NysDI, eq. (10) of the DI paper, straight from inputs and landmarks.
+
+    With ``G = k(X, Z)`` and ``K_Z = k(Z, Z) + jitter * mean(diag) I``::
+
+        NysDI = tr((G^T C G + rho K_Z)^+ G^T C Y Y^T C G)
+
+    computed by a Cholesky factorisation of the ``n x n`` matrix ``G^T C G + rho K_Z``
+    (no ``B x n`` solve). That matrix inherits ``K_Z``'s conditioning, so it is formed
+    and factorised in float64 whatever the input dtype. It equals DI of the Nystrom
+    features ``G R^-T`` (``K_Z = R R^T``), i.e. of :class:`~kernel_layers.NystromLayer`
+    with the same landmarks and jitter. Gradients reach ``x`` and ``landmarks`` through ``G`` and
+    ``K_Z``.
+
+    Args:
+        x (Tensor[B, D]): inputs.
+        targets (Tensor[B] | Tensor[B, L]): labels or target matrix (as in
+            :func:`discriminant_information`).
+        landmarks (Tensor[n, D]): landmarks ``Z``.
+        kernel: kernel name or :class:`~kernel_layers.kernels.Kernel`.
+        gamma: kernel parameter ``> 0``.
+        rho: ridge parameter ``> 0``.
+        jitter: relative diagonal jitter of ``K_Z`` (default: the Nystrom layer's
+            default for the dtype).
+        num_classes: number of classes for integer labels.
+
+    Returns:
+        Tensor[]: NysDI, in ``x``'s dtype.
+    """
+    owner = "nystrom_discriminant_information"
+    check_matrix(owner, "landmarks", landmarks)
+    check_matrix(owner, "x", x, width=landmarks.shape[1])
+    rho = _check_rho(owner, rho)
+    gamma = check_positive(owner, "gamma", gamma)
+    spec = get_kernel(kernel, owner=owner)
+    jitter = (
+        default_jitter(landmarks.dtype)
+        if jitter is None
+        else check_positive(owner, "jitter", jitter)
+    )
+    batch = x.shape[0]
+    if batch < 2:
+        raise ValueError(f"{owner}: argument 'x' must have at least 2 rows, got {batch}")
+    y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
+    g = spec.matrix(x, landmarks, gamma)
+    k_z = landmark_gram(landmarks, spec, gamma, jitter)
+    # G^T C G + rho K_Z inherits K_Z's conditioning: form it in SOLVE_DTYPE.
+    di = _DIFunction.apply(g.to(SOLVE_DTYPE), y, rho * k_z, rho, scale_columns, False, owner)
+    return di.to(x.dtype)
+
+
+def least_squares_loss(
+    features: Tensor,
+    targets: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    rho: float = DEFAULT_RHO,
+    num_classes: int | None = None,
+) -> Tensor:
+    """Ridge loss of the paper's LS baseline: ``||Y - Phi W - b||_F^2 + rho ||W||_F^2``.
+
+    Targets are encoded as in :func:`discriminant_information` (unit-norm one-hot
+    columns for labels), so at the optimal ``W, b`` this equals ``||Y_c||^2 - DI``.
+
+    Args:
+        features (Tensor[B, J]): features ``Phi``.
+        targets (Tensor[B] | Tensor[B, L]): labels or target matrix.
+        weight (Tensor[J, L]): read-out weights ``W``.
+        bias (Tensor[L] | None): read-out bias ``b``.
+        rho: ridge parameter ``> 0``.
+        num_classes: number of classes for integer labels.
+
+    Returns:
+        Tensor[]: the loss.
+    """
+    owner = "least_squares_loss"
+    check_matrix(owner, "features", features)
+    rho = _check_rho(owner, rho)
+    y, scale_columns = encode_targets(
+        targets, features.shape[0], num_classes=num_classes, owner=owner
+    )
+    y = y.to(features.dtype)
+    if scale_columns:
+        y = y * _unit_column_scale(y.sum(0))
+    if weight.shape != (features.shape[1], y.shape[1]):
+        raise ValueError(
+            f"{owner}: argument 'weight' must have shape [{features.shape[1]}, {y.shape[1]}], "
+            f"got {list(weight.shape)}"
+        )
+    residual = y - features @ weight
+    if bias is not None:
+        residual = residual - bias
+    return (residual * residual).sum() + rho * (weight * weight).sum()
+
+
+class DILoss(nn.Module):
+    """``-DI`` as a loss to minimise (see :func:`discriminant_information`).
+
+    Args:
+        rho: ridge parameter ``> 0``.
+        num_classes: number of classes for integer labels (recommended, so that every
+            batch has the same ``L``).
+        form: ``"auto"``, ``"primal"`` or ``"dual"``.
+
+    Shape:
+        features (Tensor[B, J]), targets (Tensor[B] | Tensor[B, L]) -> Tensor[].
+    """
+
+    def __init__(
+        self, *, rho: float = DEFAULT_RHO, num_classes: int | None = None, form: str = "auto"
+    ) -> None:
+        super().__init__()
+        self.rho = _check_rho("DILoss", rho)
+        self.num_classes = (
+            None if num_classes is None else check_int("DILoss", "num_classes", num_classes)
+        )
+        if form not in ("auto", "primal", "dual"):
+            raise ValueError(
+                f"DILoss: argument 'form' must be one of ['auto', 'primal', 'dual'], got {form!r}"
+            )
+        self.form = form
+
+    def forward(self, features: Tensor, targets: Tensor) -> Tensor:
+        """Return ``-DI(features, targets)``."""
+        return -discriminant_information(
+            features, targets, rho=self.rho, num_classes=self.num_classes, form=self.form
+        )
+
+    def extra_repr(self) -> str:
+        return f"rho={self.rho}, num_classes={self.num_classes}, form={self.form!r}"

@@ -1,0 +1,195 @@
+"""FourierLayer and NystromLayer: the shared contract plus each layer's approximation guarantees."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from kernel_layers import FourierLayer, NystromLayer
+from tests import references as ref
+from tests.layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
+
+
+def _build(cls: type, kwargs: dict) -> torch.nn.Module:
+    args = {"in_features": IN_FEATURES, "out_features": OUT_FEATURES, "gamma": 0.5, "seed": 0}
+    args.update(kwargs)
+    if "generator" in kwargs and "seed" not in kwargs:
+        args.pop("seed")
+    return cls(args.pop("in_features"), args.pop("out_features"), **args)
+
+
+class TestFourierContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(FourierLayer, kwargs)
+
+
+class TestNystromContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(NystromLayer, kwargs)
+
+
+# --- FourierLayer ---------------------------------------------------------------------
+
+
+def test_fourier_forward_formula() -> None:
+    layer = FourierLayer(3, 4, gamma=2.0, seed=0, dtype=torch.float64)
+    x = torch.rand(5, 3, dtype=torch.float64)
+    w, b = layer.frequencies.detach().numpy(), layer.phases.detach().numpy()
+    want = math.sqrt(2 / 4) * np.cos(x.numpy() @ w + b)
+    np.testing.assert_allclose(layer(x).detach().numpy(), want, rtol=1e-12)
+    assert ((0 <= b) & (b <= 2 * math.pi)).all()
+
+
+@pytest.mark.parametrize(
+    ("kernel", "reference"), [("gaussian", ref.gaussian), ("laplacian", ref.laplacian)]
+)
+def test_fourier_kernel_error_shrinks_like_inverse_sqrt_j(kernel: str, reference) -> None:
+    x = torch.rand(40, 3, dtype=torch.float64)
+    exact = reference(x.numpy(), x.numpy(), 0.8)
+    errors = {}
+    for j in (100, 10000):
+        trials = []
+        for seed in range(3):
+            phi = FourierLayer(3, j, kernel=kernel, gamma=0.8, seed=seed, dtype=torch.float64)(x)
+            approx = (phi @ phi.T).detach().numpy()
+            trials.append(np.sqrt(((approx - exact) ** 2).mean()))
+        errors[j] = float(np.mean(trials))
+    # Monte-Carlo error: std of cos products is <= 1, so RMS error <= ~1/sqrt(J).
+    assert errors[100] < 1.5 / math.sqrt(100)
+    assert errors[10000] < 1.5 / math.sqrt(10000)
+    ratio = errors[100] / errors[10000]
+    assert 5 < ratio < 20  # sqrt(10000 / 100) = 10
+
+
+def test_fourier_frequency_distribution_gaussian() -> None:
+    layer = FourierLayer(50, 2000, gamma=3.0, seed=0, dtype=torch.float64)
+    w = layer.frequencies.detach().numpy().ravel()
+    assert w.mean() == pytest.approx(0.0, abs=0.01)
+    assert w.var() == pytest.approx(2 * 3.0, rel=0.01)  # N(0, 2 gamma)
+
+
+def test_fourier_frequency_distribution_laplacian() -> None:
+    layer = FourierLayer(50, 2000, kernel="laplacian", gamma=3.0, seed=0, dtype=torch.float64)
+    w = layer.frequencies.detach().numpy().ravel()
+    # Cauchy with scale gamma: median |w| = gamma, quartiles at +-gamma.
+    assert np.median(np.abs(w)) == pytest.approx(3.0, rel=0.02)
+    assert np.isfinite(w).all()
+
+
+def test_fourier_untrained_baseline_frozen() -> None:
+    layer = FourierLayer(3, 4, trainable=False, seed=0)
+    assert not layer.frequencies.requires_grad and not layer.phases.requires_grad
+    assert "trainable=False" in repr(layer)
+
+
+def test_fourier_generator_reproducible() -> None:
+    a = FourierLayer(3, 4, generator=torch.Generator().manual_seed(7))
+    b = FourierLayer(3, 4, generator=torch.Generator().manual_seed(7))
+    torch.testing.assert_close(a.frequencies, b.frequencies)
+
+
+# --- NystromLayer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kernel", "reference"), [("gaussian", ref.gaussian), ("laplacian", ref.laplacian)]
+)
+def test_nystrom_with_all_points_as_landmarks_is_exact(kernel: str, reference) -> None:
+    x = torch.rand(30, 4, dtype=torch.float64)
+    layer = NystromLayer(4, 30, kernel=kernel, gamma=0.7, landmarks=x, jitter=1e-14)
+    phi = layer(x).detach().numpy()
+    np.testing.assert_allclose(phi @ phi.T, reference(x.numpy(), x.numpy(), 0.7), atol=1e-8)
+
+
+def test_nystrom_features_match_numpy_reference() -> None:
+    x = torch.rand(25, 4, dtype=torch.float64)
+    z = torch.rand(6, 4, dtype=torch.float64)
+    layer = NystromLayer(4, 6, gamma=0.7, landmarks=z, jitter=1e-12)
+    g, k = ref.gaussian(x.numpy(), z.numpy(), 0.7), ref.gaussian(z.numpy(), z.numpy(), 0.7)
+    approx = g @ np.linalg.inv(k) @ g.T  # the Nystrom approximation G K^-1 G^T
+    phi = layer(x).detach().numpy()
+    np.testing.assert_allclose(phi @ phi.T, approx, atol=1e-9)
+
+
+def test_nystrom_approximation_improves_with_landmarks() -> None:
+    x, _ = load_digits(return_X_y=True)
+    x = torch.tensor(x[:400] / 16.0)
+    exact = ref.gaussian(x.numpy(), x.numpy(), 0.02)
+    errors = []
+    for n in (20, 100, 300):
+        phi = NystromLayer.from_data(x, n, gamma=0.02, seed=0)(x).detach().numpy()
+        errors.append(np.abs(phi @ phi.T - exact).max())
+    assert errors[0] > errors[1] > errors[2]
+
+
+def test_nystrom_from_data_selects_distinct_rows() -> None:
+    x = torch.rand(50, 3)
+    layer = NystromLayer.from_data(x, 20, seed=0, gamma=2.0, trainable=False)
+    z = layer.landmarks
+    assert z.shape == (20, 3) and not z.requires_grad
+    rows = {tuple(r.tolist()) for r in z}
+    assert len(rows) == 20 and rows <= {tuple(r.tolist()) for r in x}
+    assert layer.gamma == 2.0
+
+
+def test_nystrom_duplicate_landmarks_finite() -> None:
+    x = torch.rand(20, 3)
+    z = torch.cat([x[:4], x[:4], x[:1]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default jitter must suffice here
+        out = NystromLayer(3, 9, landmarks=z, gamma=1.0)(x)
+    assert torch.isfinite(out).all()
+    exact = ref.gaussian(x.numpy(), x.numpy(), 1.0)
+    np.testing.assert_allclose((out @ out.T).detach().numpy()[:4, :4], exact[:4, :4], atol=1e-3)
+
+
+def test_nystrom_jitter_escalates_with_warning() -> None:
+    x = torch.rand(10, 3, dtype=torch.float64)
+    z = torch.cat([x[:3]] * 4)  # rank 3 of 12
+    layer = NystromLayer(3, 12, landmarks=z, gamma=1.0, jitter=1e-300)
+    with pytest.warns(
+        RuntimeWarning, match="NystromLayer: Cholesky factorisation failed; succeeded"
+    ):
+        out = layer(x)
+    assert torch.isfinite(out).all()
+
+
+def test_nystrom_random_landmarks_in_unit_cube() -> None:
+    layer = NystromLayer(4, 100, seed=0)
+    assert layer.landmarks.min() >= 0 and layer.landmarks.max() < 1
+
+
+def test_nystrom_given_landmarks_are_copied() -> None:
+    z = torch.rand(7, 5)
+    layer = NystromLayer(5, 7, landmarks=z)
+    with torch.no_grad():
+        layer.landmarks.add_(1.0)
+    assert z.max() < 1.0
+
+
+def test_nystrom_errors() -> None:
+    with pytest.raises(
+        ValueError, match=r"'landmarks' must have out_features=3 rows, got shape \[4, 2\]"
+    ):
+        NystromLayer(2, 3, landmarks=torch.rand(4, 2))
+    with pytest.raises(
+        ValueError, match=r"'landmarks' must have last dimension 2, got shape \[3, 5\]"
+    ):
+        NystromLayer(2, 3, landmarks=torch.rand(3, 5))
+    with pytest.raises(ValueError, match="'landmarks' must be finite"):
+        NystromLayer(2, 1, landmarks=torch.tensor([[float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="'jitter' must be a finite number > 0, got -1.0"):
+        NystromLayer(2, 3, jitter=-1.0)
+    with pytest.raises(ValueError, match=r"from_data: argument 'init' must be one of \['random'\]"):
+        NystromLayer.from_data(torch.rand(5, 2), 3, init="best")
+    with pytest.raises(
+        ValueError, match="'out_features' must be <= the number of rows of x \\(5\\), got 6"
+    ):
+        NystromLayer.from_data(torch.rand(5, 2), 6)
+    with pytest.raises(ValueError, match=r"from_data: argument 'x' must have shape \[N, D\]"):
+        NystromLayer.from_data(torch.rand(5), 3)

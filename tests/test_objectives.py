@@ -1,0 +1,283 @@
+"""DI, NysDI and the LS loss against float64 NumPy references and their known identities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from kernel_layers import (
+    DILoss,
+    FourierLayer,
+    NystromLayer,
+    discriminant_information,
+    least_squares_loss,
+    nystrom_discriminant_information,
+)
+from kernel_layers.objectives import di_statistics, encode_targets, merge_statistics
+from tests import references as ref
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = load_digits(return_X_y=True)
+    return torch.tensor(x / 16.0), torch.tensor(y)
+
+
+def _features(b: int = 60, j: int = 12, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, j, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("form", ["primal", "dual", "auto"])
+@pytest.mark.parametrize(("b", "j"), [(60, 12), (12, 30)])
+def test_di_matches_numpy_labels(form: str, b: int, j: int) -> None:
+    phi = _features(b, j)
+    labels = torch.arange(b) % 4
+    got = discriminant_information(phi, labels, rho=1e-3, form=form)
+    want = ref.di(phi.numpy(), ref.onehot_unit(labels.numpy(), 4), 1e-3)
+    assert got.dtype == torch.float64
+    assert got.item() == pytest.approx(want, rel=1e-10)
+
+
+def test_di_regression_targets_used_as_is() -> None:
+    phi = _features()
+    y = torch.randn(60, 3, dtype=torch.float64)
+    got = discriminant_information(phi, y, rho=1e-2)
+    assert got.item() == pytest.approx(ref.di(phi.numpy(), y.numpy(), 1e-2), rel=1e-10)
+
+
+def test_absent_classes_contribute_nothing() -> None:
+    phi = _features()
+    labels = torch.arange(60) % 3
+    a = discriminant_information(phi, labels)
+    b = discriminant_information(phi, labels, num_classes=7)
+    assert a.item() == pytest.approx(b.item(), rel=1e-12)
+
+
+def test_di_bounds_and_maximum() -> None:
+    phi = _features(200, 20)
+    labels = torch.arange(200) % 5
+    di = discriminant_information(phi, labels).item()
+    assert 0.0 <= di <= 4.0
+    # Features that contain the one-hot targets reach the bound L - 1 as rho -> 0.
+    onehot = torch.nn.functional.one_hot(labels, 5).double()
+    top = discriminant_information(torch.cat([onehot, phi], 1), labels, rho=1e-10).item()
+    assert top == pytest.approx(4.0, rel=1e-8)
+    # Features independent of the labels carry almost no information.
+    noise = torch.randn(20000, 3, dtype=torch.float64)
+    assert discriminant_information(noise, torch.arange(20000) % 5).item() < 0.01
+
+
+def test_di_permutation_invariance() -> None:
+    phi, labels = _features(), torch.arange(60) % 4
+    perm = torch.randperm(12)
+    rows = torch.randperm(60)
+    a = discriminant_information(phi, labels)
+    assert discriminant_information(phi[:, perm], labels).item() == pytest.approx(
+        a.item(), rel=1e-12
+    )
+    assert discriminant_information(phi[rows], labels[rows]).item() == pytest.approx(
+        a.item(), rel=1e-12
+    )
+
+
+def test_di_linear_invariance_as_rho_vanishes() -> None:
+    phi, labels = _features(), torch.arange(60) % 4
+    mix = torch.randn(12, 12, dtype=torch.float64) + 3 * torch.eye(12, dtype=torch.float64)
+    a = discriminant_information(phi, labels, rho=1e-12)
+    b = discriminant_information(phi @ mix, labels, rho=1e-12)
+    assert b.item() == pytest.approx(a.item(), rel=1e-8)
+
+
+def test_mrlse_identity() -> None:
+    phi, labels = _features(), torch.arange(60) % 4
+    y = ref.onehot_unit(labels.numpy(), 4)
+    yc = y - y.mean(0)
+    di = discriminant_information(phi, labels, rho=0.5).item()
+    assert (yc**2).sum() - di == pytest.approx(ref.ridge_residual(phi.numpy(), y, 0.5), rel=1e-10)
+
+
+def test_least_squares_loss_at_ridge_optimum_equals_mrlse() -> None:
+    phi, labels = _features(), torch.arange(60) % 4
+    y = torch.tensor(ref.onehot_unit(labels.numpy(), 4))
+    pc, yc = phi - phi.mean(0), y - y.mean(0)
+    w = torch.linalg.solve(pc.T @ pc + 0.5 * torch.eye(12, dtype=torch.float64), pc.T @ yc)
+    b = y.mean(0) - phi.mean(0) @ w
+    loss = least_squares_loss(phi, labels, w, b, rho=0.5)
+    di = discriminant_information(phi, labels, rho=0.5)
+    assert loss.item() == pytest.approx(((yc**2).sum() - di).item(), rel=1e-10)
+    # Any other read-out is worse.
+    assert least_squares_loss(phi, labels, w * 1.01, b, rho=0.5) > loss
+
+
+def test_statistics_merge_exactly() -> None:
+    phi = _features(100, 8) + 1e3  # large offset: naive S - s s^T / n would cancel
+    y = torch.randn(100, 3, dtype=torch.float64)
+    whole = di_statistics(phi, y)
+    merged = merge_statistics(di_statistics(phi[:37], y[:37]), di_statistics(phi[37:], y[37:]))
+    for a, b in zip(whole, merged, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-8)
+
+
+def test_float32_agrees_with_float64_at_paper_size() -> None:
+    # (B, J) = (4000, 2000): random Fourier features of the digits, resampled.
+    x, labels = load_digits(return_X_y=True)
+    idx = torch.randint(0, len(x), (4000,))
+    xt = torch.tensor(x / 16.0)[idx] + 0.01 * torch.randn(4000, 64, dtype=torch.float64)
+    layer = FourierLayer(64, 2000, gamma=0.05, seed=1, dtype=torch.float64)
+    with torch.no_grad():
+        phi = layer(xt)
+    y = torch.tensor(labels)[idx]
+    d64 = discriminant_information(phi, y).item()
+    d32 = discriminant_information(phi.float(), y).item()
+    assert d32 == pytest.approx(d64, rel=1e-5)
+
+
+def test_nysdi_matches_pinv_reference(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = digits
+    z = x[torch.randperm(len(x))[:150]]
+    got = nystrom_discriminant_information(x, y, z, gamma=0.02, jitter=1e-12)
+    g, k = ref.gaussian(x.numpy(), z.numpy(), 0.02), ref.gaussian(z.numpy(), z.numpy(), 0.02)
+    want = ref.nysdi(g, k, ref.onehot_unit(y.numpy(), 10), 1e-4)
+    assert got.item() == pytest.approx(want, rel=1e-7)
+
+
+def test_nysdi_laplacian_matches_reference(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = digits[0][:300], digits[1][:300]
+    z = x[:40]
+    got = nystrom_discriminant_information(x, y, z, kernel="laplacian", gamma=0.05, jitter=1e-12)
+    g, k = ref.laplacian(x.numpy(), z.numpy(), 0.05), ref.laplacian(z.numpy(), z.numpy(), 0.05)
+    want = ref.nysdi(g, k, ref.onehot_unit(y.numpy(), 10), 1e-4)
+    assert got.item() == pytest.approx(want, rel=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_nysdi_equals_di_on_layer_features(
+    digits: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype
+) -> None:
+    x, y = digits[0].to(dtype), digits[1]
+    layer = NystromLayer.from_data(x, 200, gamma=0.02, seed=3)
+    with torch.no_grad():
+        di = discriminant_information(layer(x), y)
+        nys = nystrom_discriminant_information(
+            x, y, layer.landmarks, gamma=0.02, jitter=layer.jitter
+        )
+    rel = 1e-9 if dtype == torch.float64 else 1e-4
+    assert nys.item() == pytest.approx(di.item(), rel=rel)
+
+
+def test_nysdi_float32_close_to_float64(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = digits
+    z = x[torch.randperm(len(x))[:400]]
+    d64 = nystrom_discriminant_information(x, y, z, gamma=0.005, jitter=1e-6).item()
+    d32 = nystrom_discriminant_information(x.float(), y, z.float(), gamma=0.005, jitter=1e-6)
+    assert d32.dtype == torch.float32
+    assert d32.item() == pytest.approx(d64, rel=1e-4)
+
+
+def test_nysdi_duplicate_landmarks_finite(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = digits[0][:200].clone(), digits[1][:200]
+    z = torch.cat([x[:10], x[:10]]).requires_grad_(True)
+    val = nystrom_discriminant_information(x, y, z, gamma=0.05)
+    val.backward()
+    assert torch.isfinite(val)
+    assert torch.isfinite(z.grad).all()
+    unique = nystrom_discriminant_information(x, y, x[:10], gamma=0.05)
+    assert val.item() == pytest.approx(unique.item(), rel=1e-5)
+
+
+def test_di_loss_is_negative_di() -> None:
+    phi, labels = _features(), torch.arange(60) % 4
+    loss = DILoss(rho=1e-3, num_classes=4)(phi, labels)
+    assert loss.item() == -discriminant_information(phi, labels, rho=1e-3).item()
+    assert "rho=0.001" in repr(DILoss(rho=1e-3))
+
+
+def test_encode_targets_one_hot() -> None:
+    y, scale = encode_targets(torch.tensor([2, 0, 2]), 3, num_classes=4)
+    assert scale
+    assert y.tolist() == [[0, 0, 1, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        (
+            {"features": torch.zeros(5)},
+            ValueError,
+            r"'features' must have shape \[N, D\], got \[5\]",
+        ),
+        ({"features": torch.zeros(5, 2, dtype=torch.long)}, TypeError, "floating-point"),
+        ({"features": torch.full((5, 2), float("nan"))}, ValueError, "must be finite, got 10 NaN"),
+        (
+            {"features": torch.zeros(1, 2), "targets": torch.zeros(1, dtype=torch.long)},
+            ValueError,
+            "at least 2 rows, got 1",
+        ),
+        ({"targets": torch.zeros(4, dtype=torch.long)}, ValueError, "must have 5 rows"),
+        ({"targets": torch.tensor([0, 1, -1, 0, 1])}, ValueError, "labels >= 0, got -1"),
+        (
+            {"targets": torch.tensor([0, 1, 5, 0, 1]), "num_classes": 3},
+            ValueError,
+            "labels < num_classes=3, got 5",
+        ),
+        ({"targets": torch.zeros(5)}, ValueError, r"float tensor of shape \[5\]"),
+        ({"targets": torch.zeros(5, 2, dtype=torch.long)}, ValueError, r"labels of shape \[B\]"),
+        ({"targets": torch.ones(5, dtype=torch.bool)}, TypeError, "dtype torch.bool"),
+        (
+            {"targets": torch.tensor([[0.0], [1.0], [float("inf")], [0.0], [1.0]])},
+            ValueError,
+            "'targets' must be finite",
+        ),
+        ({"rho": 0.0}, ValueError, "'rho' must be a finite number > 0, got 0.0"),
+        ({"rho": "big"}, TypeError, "'rho' must be a number"),
+        ({"form": "svd"}, ValueError, "'form' must be one of"),
+        ({"num_classes": 0}, ValueError, "'num_classes' must be >= 1, got 0"),
+    ],
+)
+def test_di_errors(kwargs: dict, exc: type, match: str) -> None:
+    args = {"features": torch.randn(5, 2), "targets": torch.tensor([0, 1, 0, 1, 0])}
+    args.update(kwargs)
+    features, targets = args.pop("features"), args.pop("targets")
+    with pytest.raises(exc, match=match):
+        discriminant_information(features, targets, **args)
+
+
+def test_nysdi_errors() -> None:
+    x, y, z = torch.rand(10, 3), torch.arange(10) % 2, torch.rand(4, 3)
+    with pytest.raises(ValueError, match=r"'x' must have last dimension 3, got shape \[10, 2\]"):
+        nystrom_discriminant_information(x[:, :2], y, z, gamma=1.0)
+    with pytest.raises(ValueError, match=r"'landmarks' must have shape \[N, D\], got \[4\]"):
+        nystrom_discriminant_information(x, y, z[:, 0], gamma=1.0)
+    with pytest.raises(ValueError, match="'gamma' must be a finite number > 0, got -1.0"):
+        nystrom_discriminant_information(x, y, z, gamma=-1.0)
+    with pytest.raises(ValueError, match="'jitter' must be a finite number > 0"):
+        nystrom_discriminant_information(x, y, z, gamma=1.0, jitter=0.0)
+    with pytest.raises(ValueError, match="'kernel' must be one of"):
+        nystrom_discriminant_information(x, y, z, gamma=1.0, kernel="rbf")
+
+
+def test_least_squares_loss_errors() -> None:
+    with pytest.raises(ValueError, match=r"'weight' must have shape \[3, 2\], got \[2, 2\]"):
+        least_squares_loss(torch.rand(6, 3), torch.arange(6) % 2, torch.zeros(2, 2))
+
+
+def test_di_loss_errors() -> None:
+    with pytest.raises(ValueError, match="DILoss: argument 'rho'"):
+        DILoss(rho=-1)
+    with pytest.raises(ValueError, match="DILoss: argument 'form' must be one of"):
+        DILoss(form="x")
+    with pytest.raises(TypeError, match="DILoss: argument 'num_classes' must be an integer"):
+        DILoss(num_classes=2.5)
+
+
+def test_nonfinite_di_is_impossible_for_degenerate_features() -> None:
+    # Constant features: S = rho I, M = 0, DI = 0 exactly (no NaN).
+    di = discriminant_information(torch.ones(10, 4), torch.arange(10) % 2)
+    assert di.item() == 0.0
+    np.testing.assert_equal(np.isfinite(di.item()), True)
