@@ -11,7 +11,45 @@ from kernel_layers._random import make_generator
 from kernel_layers._validation import check_features, check_int, check_positive
 from kernel_layers.kernels import Kernel, get_kernel, sample_frequencies
 
-__all__ = ["FourierLayer"]
+__all__ = ["FourierLayer", "cosine_features"]
+
+
+class _CosineFeatures(torch.autograd.Function):
+    """``scale * cos(x W + b)`` with in-place passes and a fused backward.
+
+    Backward, with ``E = -scale * sin(H) * dL/dPhi``: ``dx = E W^T``, ``dW = x^T E``,
+    ``db = colsum(E)``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, b: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+        h = torch.addmm(b, x, w)
+        ctx.save_for_backward(x, w, h)
+        ctx.scale = scale
+        return torch.cos(h).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        x, w, h = ctx.saved_tensors
+        e = torch.sin(h).mul_(grad).mul_(-ctx.scale)
+        grad_x = e @ w.mT if ctx.needs_input_grad[0] else None
+        grad_w = x.mT @ e if ctx.needs_input_grad[1] else None
+        grad_b = e.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b, None
+
+
+def cosine_features(x: Tensor, frequencies: Tensor, phases: Tensor) -> Tensor:
+    """Random Fourier map ``sqrt(2/J) cos(x W + b)`` (no validation).
+
+    Args:
+        x (Tensor[B, D]): inputs.
+        frequencies (Tensor[D, J]): ``W``.
+        phases (Tensor[J]): ``b``.
+
+    Returns:
+        Tensor[B, J]: features.
+    """
+    return _CosineFeatures.apply(x, frequencies, phases, math.sqrt(2.0 / frequencies.shape[1]))
 
 
 class FourierLayer(nn.Module):
@@ -84,8 +122,7 @@ class FourierLayer(nn.Module):
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., J]`` features."""
         check_features(type(self).__name__, "x", x, self.in_features)
         flat = x.reshape(-1, self.in_features)
-        h = torch.addmm(self.phases, flat, self.frequencies)
-        out = torch.cos(h) * math.sqrt(2.0 / self.out_features)
+        out = cosine_features(flat, self.frequencies, self.phases)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

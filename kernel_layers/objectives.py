@@ -189,9 +189,16 @@ def _unit_column_scale(norm_sq: Tensor) -> Tensor:
 def _solve_primal(
     scatter: Tensor, cross: Tensor, ridge: Tensor, owner: str
 ) -> tuple[Tensor, Tensor]:
-    """``DI = ||L^-1 M||^2`` and ``A = S^-1 M`` for ``S = scatter + ridge = L L^T``."""
-    s = scatter.to(SOLVE_DTYPE)
-    s = 0.5 * (s + s.mT) + ridge.to(SOLVE_DTYPE)
+    """``DI = ||L^-1 M||^2`` and ``A = S^-1 M`` for ``S = scatter + ridge = L L^T``.
+
+    ``ridge`` is a scalar (``rho``, added to the diagonal) or a ``[J, J]`` matrix.
+    """
+    # Cholesky reads the lower triangle only: no symmetrisation pass is needed.
+    s = scatter.to(SOLVE_DTYPE, copy=True)
+    if ridge.ndim == 0:
+        s.diagonal().add_(ridge)
+    else:
+        s.add_(ridge)
     factor = robust_cholesky(s, owner=owner)
     w = torch.linalg.solve_triangular(factor, cross.to(SOLVE_DTYPE), upper=False)
     a = torch.linalg.solve_triangular(factor.mT, w, upper=True)
@@ -218,8 +225,7 @@ class _DIFunction(torch.autograd.Function):
         phi_c = features - features.mean(0)
         y_c = targets - targets.mean(0)
         if dual:
-            gram = (phi_c @ phi_c.mT).to(SOLVE_DTYPE)
-            gram = 0.5 * (gram + gram.mT)
+            gram = (phi_c @ phi_c.mT).to(SOLVE_DTYPE, copy=True)
             gram.diagonal().add_(rho)
             factor = robust_cholesky(gram, owner=owner)
             y64 = y_c.to(SOLVE_DTYPE)
@@ -228,10 +234,10 @@ class _DIFunction(torch.autograd.Function):
             a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
             residual = (rho * q).to(features.dtype)
         else:
-            if ridge is None:
-                ridge = torch.eye(features.shape[1], dtype=SOLVE_DTYPE, device=features.device)
-                ridge = ridge * rho
-            di, a64 = _solve_primal(phi_c.mT @ phi_c, phi_c.mT @ y_c, ridge, owner)
+            scalar_ridge = torch.tensor(rho, dtype=SOLVE_DTYPE)
+            di, a64 = _solve_primal(
+                phi_c.mT @ phi_c, phi_c.mT @ y_c, scalar_ridge if ridge is None else ridge, owner
+            )
             a = a64.to(features.dtype)
             residual = y_c - phi_c @ a
         ctx.save_for_backward(residual, a, y_c)
@@ -243,7 +249,7 @@ class _DIFunction(torch.autograd.Function):
         residual, a, y_c = ctx.saved_tensors
         grad_features = grad_targets = grad_ridge = None
         if ctx.needs_input_grad[0]:
-            grad_features = (2.0 * grad) * (residual @ a.mT)
+            grad_features = (residual * (2.0 * grad)) @ a.mT
         if ctx.needs_input_grad[1]:
             grad_targets = (2.0 * grad) * (y_c - residual)
         if ctx.needs_input_grad[2] and ctx.has_ridge:
