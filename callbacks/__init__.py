@@ -1,0 +1,13 @@
+"""Lightning callbacks for DI training: lr decay on a plateau and the paper's stopping rule.
+
+``PlateauDecay`` multiplies the learning rate by ``factor`` when the epoch-mean DI saturates;
+``DISaturationStopping`` stops training when the objective fails to improve after a decay.
+Both watch ``train/di_epoch`` (what ``KernelClassifier`` logs) in ``"max"`` mode by default.
+"""
+
+from __future__ import annotations
+
+from callbacks.di_saturation import DISaturationReason, DISaturationStopping
+from callbacks.plateau_decay import PlateauDecay
+
+__all__ = ["DISaturationReason", "DISaturationStopping", "PlateauDecay"]
