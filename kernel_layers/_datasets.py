@@ -1,0 +1,279 @@
+"""File-format readers and network guards behind :mod:`kernel_layers.data` (private).
+
+Everything here works on plain files and NumPy arrays; the Lightning data modules in
+:mod:`kernel_layers.data` decide where the files live and how the arrays are split and
+scaled.
+
+Formats:
+
+* **IDX** (MNIST, Fashion-MNIST): a 4-byte magic number ``0x00 0x00 <type> <ndim>``,
+  ``ndim`` big-endian ``uint32`` dimensions, then the values in big-endian order.
+  Images use ``0x00000803`` (``uint8``, 3 dims), labels ``0x00000801`` (``uint8``,
+  1 dim). Files may be gzip-compressed (detected from the content, not the name).
+* **UCI CovType CSV** (``covtype.data[.gz]``): 581012 comma-separated rows of 54
+  integer features followed by the cover type ``1..7``.
+* **UCI Letter CSV** (``letter-recognition.data[.gz]``): 20000 rows of a capital letter
+  ``A..Z`` followed by 16 integer features.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import socket
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+__all__ = [
+    "DOWNLOAD_TIMEOUT_S",
+    "IDX_DTYPES",
+    "PROBE_TIMEOUT_S",
+    "DatasetNotFoundError",
+    "check_network",
+    "download_timeout",
+    "read_covtype_csv",
+    "read_idx",
+    "read_letter_csv",
+    "write_idx",
+]
+
+#: Seconds allowed to open a TCP connection to a download host before giving up.
+PROBE_TIMEOUT_S = 5.0
+#: Default socket timeout (seconds) while a library downloads, so a stalled transfer
+#: fails instead of hanging forever.
+DOWNLOAD_TIMEOUT_S = 60.0
+
+#: IDX type code -> big-endian NumPy dtype.
+IDX_DTYPES: dict[int, str] = {
+    0x08: ">u1",
+    0x09: ">i1",
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
+_GZIP_MAGIC = b"\x1f\x8b"
+
+#: Number of columns of the UCI CovType CSV (54 features + the label).
+COVTYPE_COLUMNS = 55
+#: Number of columns of the UCI Letter CSV (the label + 16 features).
+LETTER_COLUMNS = 17
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The data files are neither on disk nor downloadable (offline, no cache).
+
+    The message names the directory to fill and the files expected there.
+    """
+
+
+def _open_maybe_gzip(path: Path) -> IO[bytes]:
+    """Open ``path`` for binary reading, decompressing if it starts with the gzip magic."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    if head == _GZIP_MAGIC:
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read an IDX file (optionally gzip-compressed) into a native-endian array.
+
+    Args:
+        path: file in the IDX format of LeCun's MNIST distribution.
+
+    Returns:
+        np.ndarray[d_1, ..., d_k]: the stored values, shape taken from the header, dtype
+        from the type code (``uint8`` for MNIST images ``[N, 28, 28]`` and labels ``[N]``).
+
+    Raises:
+        ValueError: the header is not an IDX header or the payload is truncated.
+    """
+    path = Path(path)
+    with _open_maybe_gzip(path) as fh:
+        raw = fh.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(
+            f"read_idx: '{path}' is not an IDX file (expected magic 0x0000TTNN, got "
+            f"{raw[:4].hex() or 'an empty file'})"
+        )
+    type_code, ndim = raw[2], raw[3]
+    if type_code not in IDX_DTYPES:
+        raise ValueError(
+            f"read_idx: '{path}' has unknown IDX type code 0x{type_code:02x} "
+            f"(expected one of {sorted(hex(c) for c in IDX_DTYPES)})"
+        )
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"read_idx: '{path}' is truncated inside its header")
+    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    dtype = np.dtype(IDX_DTYPES[type_code])
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(raw) - header < count * dtype.itemsize:
+        raise ValueError(
+            f"read_idx: '{path}' is truncated: header announces shape {shape} "
+            f"({count * dtype.itemsize} bytes), file holds {len(raw) - header} bytes"
+        )
+    data = np.frombuffer(raw, dtype=dtype, count=count, offset=header).reshape(shape)
+    return data.astype(dtype.newbyteorder("="), copy=True)
+
+
+def write_idx(path: str | os.PathLike[str], array: np.ndarray, *, compress: bool = False) -> None:
+    """Write ``array`` as an IDX file (the inverse of :func:`read_idx`).
+
+    Args:
+        path: destination file.
+        array (np.ndarray[d_1, ..., d_k]): values of a dtype listed in :data:`IDX_DTYPES`.
+        compress: gzip the file.
+
+    Raises:
+        ValueError: the dtype has no IDX type code.
+    """
+    array = np.asarray(array)
+    codes = {np.dtype(v).newbyteorder("="): k for k, v in IDX_DTYPES.items()}
+    key = array.dtype.newbyteorder("=")
+    if key not in codes:
+        raise ValueError(
+            f"write_idx: dtype {array.dtype} has no IDX type code "
+            f"(expected one of {sorted(str(d) for d in codes)})"
+        )
+    code = codes[key]
+    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    payload = np.ascontiguousarray(array, dtype=IDX_DTYPES[code]).tobytes()
+    opener = gzip.open if compress else open
+    with opener(path, "wb") as fh:
+        fh.write(header + payload)
+
+
+def _read_text(path: Path) -> str:
+    with _open_maybe_gzip(path) as fh:
+        return fh.read().decode("ascii", errors="strict")
+
+
+def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Read the UCI ``covtype.data`` CSV (optionally gzip-compressed).
+
+    Args:
+        path: ``covtype.data`` or ``covtype.data.gz``.
+
+    Returns:
+        tuple: ``x (np.ndarray[N, 54])`` float64 features and ``y (np.ndarray[N])``
+        int64 labels shifted from ``1..7`` to ``0..6``.
+
+    Raises:
+        ValueError: wrong number of columns, or labels outside ``1..7``.
+    """
+    path = Path(path)
+    with _open_maybe_gzip(path) as fh:
+        try:
+            table = np.loadtxt(fh, delimiter=",", dtype=np.float64, ndmin=2)
+        except ValueError as err:
+            raise ValueError(f"read_covtype_csv: cannot parse '{path}' as CSV: {err}") from None
+    if table.shape[1] != COVTYPE_COLUMNS:
+        raise ValueError(
+            f"read_covtype_csv: '{path}' must have {COVTYPE_COLUMNS} comma-separated columns "
+            f"(54 features + cover type), got {table.shape[1]}"
+        )
+    labels = table[:, -1]
+    if not np.all((labels >= 1) & (labels <= 7) & (labels == np.round(labels))):
+        raise ValueError(f"read_covtype_csv: labels in '{path}' must be integers in 1..7")
+    return table[:, :-1], labels.astype(np.int64) - 1
+
+
+def read_letter_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Read the UCI ``letter-recognition.data`` CSV (optionally gzip-compressed).
+
+    Args:
+        path: ``letter-recognition.data`` (lines such as ``T,2,8,3,5,1,8,13,0,6,6,10,8,0,8,0,8``).
+
+    Returns:
+        tuple: ``x (np.ndarray[N, 16])`` float64 features and ``y (np.ndarray[N])`` int64
+        labels, ``A..Z`` mapped to ``0..25``.
+
+    Raises:
+        ValueError: a line without 17 fields, a label that is not a capital letter, or a
+            non-numeric feature.
+    """
+    path = Path(path)
+    rows: list[list[str]] = []
+    labels: list[int] = []
+    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        fields = line.split(",")
+        if len(fields) != LETTER_COLUMNS:
+            raise ValueError(
+                f"read_letter_csv: line {lineno} of '{path}' must have {LETTER_COLUMNS} "
+                f"comma-separated fields (letter + 16 features), got {len(fields)}"
+            )
+        letter = fields[0].strip()
+        if len(letter) != 1 or not "A" <= letter <= "Z":
+            raise ValueError(
+                f"read_letter_csv: line {lineno} of '{path}' must start with a capital "
+                f"letter A..Z, got {letter!r}"
+            )
+        labels.append(ord(letter) - ord("A"))
+        rows.append(fields[1:])
+    try:
+        x = np.asarray(rows, dtype=np.float64).reshape(len(rows), LETTER_COLUMNS - 1)
+    except ValueError as err:
+        raise ValueError(f"read_letter_csv: non-numeric feature in '{path}': {err}") from None
+    return x, np.asarray(labels, dtype=np.int64)
+
+
+def check_network(urls: Sequence[str], *, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast when none of ``urls`` can be reached.
+
+    Opens a TCP connection to each URL's host (first success wins) with a short
+    timeout, so a machine without network, or behind a firewall that drops packets,
+    gets an error in seconds instead of a download that hangs. Skipped when a proxy is
+    configured (the direct probe would not tell anything then).
+
+    Args:
+        urls: candidate download URLs.
+        timeout: seconds per connection attempt.
+
+    Raises:
+        OSError: no host answered; the message names the hosts and the last error.
+    """
+    if urllib.request.getproxies():
+        return
+    last: BaseException | None = None
+    hosts: list[str] = []
+    for url in urls:
+        parsed = urllib.parse.urlsplit(url)
+        host = parsed.hostname
+        if host is None:
+            continue
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        hosts.append(host)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as err:
+            last = err
+    raise OSError(f"cannot reach {', '.join(hosts) or 'any host'} ({last})")
+
+
+@contextlib.contextmanager
+def download_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
+    """Temporarily set the default socket timeout (only when none is set).
+
+    Args:
+        seconds: socket timeout applied to connections opened inside the block.
+    """
+    previous = socket.getdefaulttimeout()
+    if previous is None:
+        socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        if previous is None:
+            socket.setdefaulttimeout(None)

@@ -1,0 +1,558 @@
+"""Tests of kernel_layers.data: real on-disk formats written here, no network."""
+
+from __future__ import annotations
+
+import gzip
+import string
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kernel_layers import _datasets
+from kernel_layers.data import (
+    COVTYPE_TEST_SIZE,
+    COVTYPE_TRAIN_SIZE,
+    ArrayDataModule,
+    CovTypeDataModule,
+    DatasetNotFoundError,
+    DigitsDataModule,
+    FashionMNISTDataModule,
+    LetterDataModule,
+    MNISTDataModule,
+    TensorDataModule,
+    default_batch_size,
+)
+
+IDX_NAMES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+N_TRAIN, N_TEST = 50, 20
+#: An offline failure must come at once, not after a network timeout.
+FAST_S = 3.0
+
+
+# ---------------------------------------------------------------------------- writers
+def _write(path: Path, payload: bytes, gz: bool) -> None:
+    if gz:
+        with gzip.open(path.with_name(path.name + ".gz"), "wb") as fh:
+            fh.write(payload)
+    else:
+        path.write_bytes(payload)
+
+
+def write_idx_images(path: Path, images: np.ndarray, *, gz: bool = False) -> None:
+    """LeCun's IDX: magic 0x00000803, big-endian uint32 dims, uint8 pixels."""
+    n, h, w = images.shape
+    _write(path, struct.pack(">IIII", 0x00000803, n, h, w) + images.astype(np.uint8).tobytes(), gz)
+
+
+def write_idx_labels(path: Path, labels: np.ndarray, *, gz: bool = False) -> None:
+    """LeCun's IDX: magic 0x00000801, big-endian uint32 count, uint8 labels."""
+    _write(
+        path, struct.pack(">II", 0x00000801, len(labels)) + labels.astype(np.uint8).tobytes(), gz
+    )
+
+
+def make_mnist_dir(
+    folder: Path, *, gz: bool = False, seed: int = 0, train_max: int = 100, test_pixel: int = 200
+) -> dict[str, np.ndarray]:
+    """Four IDX files: train pixels in [0, train_max], one test pixel planted at test_pixel."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    x_train = rng.integers(0, train_max + 1, size=(N_TRAIN, 28, 28), dtype=np.uint8)
+    x_train[0, 0, 0], x_train[1, 0, 0] = 0, train_max
+    x_test = rng.integers(0, train_max + 1, size=(N_TEST, 28, 28), dtype=np.uint8)
+    x_test[0, 14, 14] = test_pixel
+    y_train = np.arange(N_TRAIN) % 10
+    y_test = np.arange(N_TEST) % 10
+    write_idx_images(folder / IDX_NAMES[0], x_train, gz=gz)
+    write_idx_labels(folder / IDX_NAMES[1], y_train, gz=gz)
+    write_idx_images(folder / IDX_NAMES[2], x_test, gz=gz)
+    write_idx_labels(folder / IDX_NAMES[3], y_test, gz=gz)
+    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+
+
+def write_covtype(path: Path, n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """UCI covtype.data(.gz): 54 integer columns then the cover type 1..7."""
+    rng = np.random.default_rng(seed)
+    x = np.concatenate(
+        [rng.integers(-150, 3900, size=(n, 10)), rng.integers(0, 2, size=(n, 44))], axis=1
+    )
+    y = np.arange(n) % 7 + 1
+    text = "\n".join(",".join(str(v) for v in row) for row in np.column_stack([x, y])) + "\n"
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt") as fh:
+        fh.write(text)
+    return x, y
+
+
+def write_letter(path: Path, n: int = 40, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """UCI letter-recognition.data: a capital letter then 16 integers in 0..15."""
+    rng = np.random.default_rng(seed)
+    letters = [string.ascii_uppercase[(7 * i + 19) % 26] for i in range(n)]
+    x = rng.integers(0, 16, size=(n, 16))
+    lines = [",".join([c, *map(str, row)]) for c, row in zip(letters, x, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+    return letters, x
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any download attempt fails at once, as on a machine without network."""
+
+    def refuse(urls, **kwargs):
+        raise OSError("network unreachable (test)")
+
+    monkeypatch.setattr("kernel_layers.data.check_network", refuse)
+
+
+# ---------------------------------------------------------------------------- IDX reader
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_idx_reads_lecun_format(tmp_path: Path, gz: bool) -> None:
+    images = np.arange(2 * 28 * 28, dtype=np.int64).reshape(2, 28, 28) % 256
+    write_idx_images(tmp_path / "img", images, gz=gz)
+    write_idx_labels(tmp_path / "lab", np.array([3, 9]), gz=gz)
+    suffix = ".gz" if gz else ""
+    got = _datasets.read_idx(tmp_path / f"img{suffix}")
+    assert got.dtype == np.uint8 and got.shape == (2, 28, 28)
+    np.testing.assert_array_equal(got, images)
+    np.testing.assert_array_equal(_datasets.read_idx(tmp_path / f"lab{suffix}"), [3, 9])
+
+
+def test_write_idx_round_trips_other_dtypes(tmp_path: Path) -> None:
+    for array in (np.arange(6, dtype=np.int32).reshape(2, 3), np.linspace(0, 1, 4)):
+        _datasets.write_idx(tmp_path / "a.gz", array, compress=True)
+        np.testing.assert_array_equal(_datasets.read_idx(tmp_path / "a.gz"), array)
+    with pytest.raises(ValueError, match="write_idx: dtype complex128 has no IDX type code"):
+        _datasets.write_idx(tmp_path / "c", np.zeros(2, dtype=complex))
+
+
+def test_read_idx_rejects_bad_files(tmp_path: Path) -> None:
+    (tmp_path / "bad").write_bytes(b"\x12\x34\x08\x01\x00\x00\x00\x01\x00")
+    with pytest.raises(ValueError, match="is not an IDX file"):
+        _datasets.read_idx(tmp_path / "bad")
+    (tmp_path / "code").write_bytes(b"\x00\x00\x07\x01\x00\x00\x00\x01\x00")
+    with pytest.raises(ValueError, match="unknown IDX type code 0x07"):
+        _datasets.read_idx(tmp_path / "code")
+    (tmp_path / "short").write_bytes(struct.pack(">IIII", 0x803, 5, 28, 28) + b"\x00" * 10)
+    with pytest.raises(ValueError, match=r"truncated: header announces shape \(5, 28, 28\)"):
+        _datasets.read_idx(tmp_path / "short")
+
+
+# ---------------------------------------------------------------------------- MNIST
+@pytest.mark.parametrize(
+    ("cls", "layout", "gz"),
+    [
+        (MNISTDataModule, "torchvision", False),
+        (MNISTDataModule, "flat", True),
+        (FashionMNISTDataModule, "torchvision", True),
+        (FashionMNISTDataModule, "flat", False),
+    ],
+)
+def test_idx_module_loads_real_layouts(tmp_path: Path, cls: type, layout: str, gz: bool) -> None:
+    folder = tmp_path / cls.torchvision_name / "raw" if layout == "torchvision" else tmp_path
+    raw = make_mnist_dir(folder, gz=gz)
+    dm = cls(tmp_path, download=False, val_fraction=0.2)
+    assert (dm.num_classes, dm.in_features, dm.input_shape) == (10, 784, (784,))
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.train_dataset) == 40 and len(dm.val_dataset) == 10
+    assert len(dm.test_dataset) == N_TEST
+    x, y = dm.train_dataset.tensors
+    assert x.shape == (40, 784) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert x.min() == 0.0 and x.max() == 1.0
+    # Global min-max on training pixels (0..100): test pixel values are divided by 100.
+    x_test, y_test = dm.test_dataset.tensors
+    expected = torch.from_numpy(raw["x_test"].reshape(N_TEST, -1)).float() / 100
+    torch.testing.assert_close(x_test, expected)
+    torch.testing.assert_close(y_test, torch.from_numpy(raw["y_test"]).long())
+
+
+def test_idx_statistics_come_from_training_split(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path, train_max=100, test_pixel=200)
+    dm = MNISTDataModule(tmp_path, download=False, val_fraction=0.0)
+    dm.setup()
+    assert float(dm.data_max.max()) == 100.0 and float(dm.data_min.min()) == 0.0
+    # Planted test pixel 200 -> 2.0: the test split did not move the scaler, no clipping.
+    assert dm.test_dataset.tensors[0][0, 14 * 28 + 14] == 2.0
+    clipped = MNISTDataModule(tmp_path, download=False, val_fraction=0.0, clip=True)
+    clipped.setup()
+    assert clipped.test_dataset.tensors[0][0, 14 * 28 + 14] == 1.0
+    torch.testing.assert_close(
+        dm.transform(torch.full((1, 28, 28), 50, dtype=torch.uint8)), torch.full((1, 784), 0.5)
+    )
+
+
+def test_idx_feature_scaling_maps_constant_pixels_to_zero(tmp_path: Path) -> None:
+    raw = make_mnist_dir(tmp_path)
+    x_train = raw["x_train"].reshape(N_TRAIN, -1)
+    x_train[:, 5] = 0  # a pixel constant in training ...
+    write_idx_images(tmp_path / IDX_NAMES[0], x_train.reshape(N_TRAIN, 28, 28))
+    dm = MNISTDataModule(tmp_path, download=False, val_fraction=0.0, scaling="feature")
+    dm.setup()
+    x = dm.train_features()
+    assert torch.all(x[:, 5] == 0) and torch.isfinite(x).all()
+    assert torch.all(x.amin(0)[x.amax(0) > 0] == 0) and x.max() == 1.0
+    assert torch.all(dm.test_dataset.tensors[0][:, 5] == 0)  # ... is 0 in the test split too
+
+
+def test_idx_image_mode(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path, gz=True)
+    dm = FashionMNISTDataModule(tmp_path, flatten=False, download=False, batch_size=8)
+    assert dm.input_shape == (1, 28, 28) and dm.in_features == 784
+    dm.setup()
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, 1, 28, 28) and y.shape == (8,)
+    assert dm.train_features().shape == (45, 1, 28, 28)
+
+
+def test_idx_module_rejects_malformed_files(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path)
+    write_idx_labels(tmp_path / IDX_NAMES[1], np.zeros(N_TRAIN - 1))
+    with pytest.raises(ValueError, match=f"must hold {N_TRAIN} labels to match"):
+        MNISTDataModule(tmp_path, download=False).setup()
+    write_idx_images(tmp_path / IDX_NAMES[0], np.zeros((3, 8, 8)))
+    with pytest.raises(ValueError, match=r"must hold images \[N, 28, 28\], got \[3, 8, 8\]"):
+        MNISTDataModule(tmp_path, download=False).setup()
+
+
+def test_idx_offline_error_names_directory_and_files(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    with pytest.raises(DatasetNotFoundError) as info:
+        MNISTDataModule(tmp_path / "mnist", download=False).prepare_data()
+    assert time.perf_counter() - start < FAST_S
+    message = str(info.value)
+    assert isinstance(info.value, FileNotFoundError)
+    assert "MNISTDataModule" in message and "download=False" in message
+    assert str(tmp_path / "mnist" / "MNIST" / "raw") in message
+    for name in IDX_NAMES:
+        assert name in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_idx_download_failure_is_immediate_and_clear(tmp_path: Path, no_network: None) -> None:
+    start = time.perf_counter()
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"FashionMNISTDataModule: no Fashion-MNIST data under '.*' and the download "
+        r"failed \(OSError: network unreachable \(test\)\)\. Expected the four IDX files "
+        r"train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+        r"t10k-labels-idx1-ubyte",
+    ):
+        FashionMNISTDataModule(tmp_path).setup()
+    assert time.perf_counter() - start < FAST_S
+
+
+def test_incomplete_directory_is_not_used(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path)
+    (tmp_path / IDX_NAMES[3]).unlink()
+    with pytest.raises(DatasetNotFoundError, match="t10k-labels-idx1-ubyte"):
+        MNISTDataModule(tmp_path, download=False).setup()
+
+
+# ---------------------------------------------------------------------------- batch rule
+def test_batch_size_rule() -> None:
+    assert default_batch_size(None) == 1000
+    assert default_batch_size(300) == 1000
+    assert default_batch_size(600) == 1200
+    assert DigitsDataModule(num_features=600).batch_size == 1200
+    assert DigitsDataModule(num_features=100).batch_size == 1000
+    assert DigitsDataModule(num_features=600, batch_size=64).batch_size == 64
+
+
+def test_training_batches_capped_at_training_split(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path)
+    dm = MNISTDataModule(tmp_path, download=False, num_features=600)
+    dm.setup()
+    assert dm.batch_size == 1200
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 1 and batches[0][0].shape == (45, 784)
+    explicit = MNISTDataModule(tmp_path, download=False, batch_size=100)
+    explicit.setup()
+    with pytest.warns(UserWarning, match="batch_size=100 exceeds the 45 training rows"):
+        assert len(explicit.train_dataloader()) == 1
+
+
+def test_loaders_drop_last_shuffle_and_order(tmp_path: Path) -> None:
+    dm = DigitsDataModule(batch_size=100, val_fraction=0.1)
+    dm.setup()
+    n_train = len(dm.train_dataset)
+    train = dm.train_dataloader()
+    assert len(train) == n_train // 100
+    torch.manual_seed(0)
+    xb, yb = next(iter(train))
+    assert xb.shape == (100, 64) and yb.shape == (100,)
+    assert not torch.equal(yb, dm.train_targets()[:100])  # shuffled
+    x_val = torch.cat([b[0] for b in dm.val_dataloader()])
+    torch.testing.assert_close(x_val, dm.val_dataset.tensors[0])
+    x_test = torch.cat([b[0] for b in dm.test_dataloader()])
+    torch.testing.assert_close(x_test, dm.test_dataset.tensors[0])
+    x_pred = torch.cat([b[0] for b in dm.predict_dataloader()])
+    torch.testing.assert_close(x_pred, x_test)
+
+
+def test_loader_before_setup_raises() -> None:
+    with pytest.raises(RuntimeError, match="DigitsDataModule: call setup\\(\\) before"):
+        DigitsDataModule().train_dataloader()
+
+
+def test_no_validation_split() -> None:
+    dm = DigitsDataModule(val_fraction=0.0)
+    dm.setup()
+    assert dm.val_dataset is None and dm.val_dataloader() == []
+    assert len(dm.train_dataset) == 1347
+
+
+# ---------------------------------------------------------------------------- splits
+def test_validation_split_sizes_and_seed() -> None:
+    a, b, c = (DigitsDataModule(val_fraction=0.2, seed=s) for s in (0, 0, 1))
+    for dm in (a, b, c):
+        dm.setup()
+    assert len(a.val_dataset) == round(0.2 * 1347) and len(a.train_dataset) == 1347 - 269
+    torch.testing.assert_close(a.val_dataset.tensors[0], b.val_dataset.tensors[0])
+    assert not torch.equal(a.val_dataset.tensors[0], c.val_dataset.tensors[0])
+
+
+def test_digits_quick_start() -> None:
+    dm = DigitsDataModule(val_fraction=0.1)
+    assert (dm.num_classes, dm.in_features) == (10, 64)
+    dm.setup()
+    assert len(dm.train_dataset) + len(dm.val_dataset) == 1347 and len(dm.test_dataset) == 450
+    x, y = dm.train_dataset.tensors
+    assert x.shape[1] == 64 and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert x.min() == 0 and x.max() == 1 and set(y.tolist()) == set(range(10))
+    assert (
+        torch.bincount(dm.test_dataset.tensors[1]).min() >= 43
+    )  # stratified (class 8 has 174 rows)
+    images = DigitsDataModule(flatten=False)
+    images.setup()
+    assert images.train_features().shape[1:] == (1, 8, 8)
+
+
+# ---------------------------------------------------------------------------- CovType
+@pytest.mark.parametrize("where", ["covtype.data.gz", "covertype/covtype.data"])
+def test_covtype_reads_uci_csv(tmp_path: Path, where: str) -> None:
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    x_raw, y_raw = write_covtype(path, n=200)
+    dm = CovTypeDataModule(tmp_path, download=False, val_fraction=0.1)
+    assert (dm.num_classes, dm.in_features) == (7, 54)
+    dm.setup()
+    n_train = round(200 * COVTYPE_TRAIN_SIZE / (COVTYPE_TRAIN_SIZE + COVTYPE_TEST_SIZE))
+    assert n_train == 160
+    assert len(dm.train_dataset) + len(dm.val_dataset) == n_train
+    assert len(dm.val_dataset) == 16 and len(dm.test_dataset) == 40
+    x, y = dm.train_dataset.tensors
+    assert x.shape == (144, 54) and x.min() == 0 and x.max() == 1
+    labels = torch.cat([y, dm.val_dataset.tensors[1], dm.test_dataset.tensors[1]])
+    assert labels.min() == 0 and labels.max() == 6
+    assert torch.bincount(labels).tolist() == np.bincount(y_raw - 1).tolist()
+    # Per-feature min-max on the training rows: data_min / data_max are those rows' extremes.
+    assert torch.all(dm.data_min >= torch.from_numpy(x_raw.min(0)).double())
+    assert torch.all(dm.data_max <= torch.from_numpy(x_raw.max(0)).double())
+    again = CovTypeDataModule(tmp_path, download=False, val_fraction=0.1)
+    again.setup()
+    torch.testing.assert_close(again.test_dataset.tensors[0], dm.test_dataset.tensors[0])
+
+
+def test_covtype_paper_split_sizes() -> None:
+    full = COVTYPE_TRAIN_SIZE + COVTYPE_TEST_SIZE
+    assert full == 581012
+    assert CovTypeDataModule._proportional_split(full, full, COVTYPE_TRAIN_SIZE) == 464810
+    assert LetterDataModule._proportional_split(20000, 20000, 15000) == 15000
+
+
+def test_covtype_reads_sklearn_cache(tmp_path: Path) -> None:
+    joblib = pytest.importorskip("joblib")
+    rng = np.random.default_rng(1)
+    (tmp_path / "covertype").mkdir()
+    x = rng.integers(0, 50, size=(100, 54)).astype(np.float64)
+    y = (np.arange(100) % 7 + 1).astype(np.int32)
+    joblib.dump(x, tmp_path / "covertype" / "samples_py3")
+    joblib.dump(y, tmp_path / "covertype" / "targets_py3")
+    dm = CovTypeDataModule(tmp_path, download=False, val_fraction=0.0)
+    dm.setup()
+    assert len(dm.train_dataset) == 80 and len(dm.test_dataset) == 20
+    labels = torch.cat([dm.train_targets(), dm.test_dataset.tensors[1]])
+    assert sorted(set(labels.tolist())) == list(range(7))
+
+
+def test_covtype_rejects_malformed_csv(tmp_path: Path) -> None:
+    (tmp_path / "covtype.data").write_text("1,2,3\n4,5,6\n")
+    with pytest.raises(ValueError, match="must have 55 comma-separated columns"):
+        CovTypeDataModule(tmp_path, download=False).setup()
+    (tmp_path / "covtype.data").write_text(",".join(["1"] * 54 + ["9"]) + "\n")
+    with pytest.raises(ValueError, match=r"labels in .* must be integers in 1\.\.7"):
+        CovTypeDataModule(tmp_path, download=False).setup()
+
+
+def test_covtype_offline_error(tmp_path: Path, no_network: None) -> None:
+    start = time.perf_counter()
+    with pytest.raises(DatasetNotFoundError) as info:
+        CovTypeDataModule(tmp_path / "home").prepare_data()
+    assert time.perf_counter() - start < FAST_S
+    message = str(info.value)
+    assert f"no CovType data under '{tmp_path / 'home'}'" in message
+    assert "download failed (OSError: network unreachable (test))" in message
+    assert "covtype.data.gz" in message and "samples_py3" in message
+    with pytest.raises(DatasetNotFoundError, match=r"download is disabled \(download=False\)"):
+        CovTypeDataModule(tmp_path / "home", download=False).setup()
+
+
+# ---------------------------------------------------------------------------- Letter
+def test_letter_reads_uci_csv(tmp_path: Path) -> None:
+    letters, x_raw = write_letter(tmp_path / "letter-recognition.data", n=40)
+    dm = LetterDataModule(tmp_path, download=False, val_fraction=0.0)
+    assert (dm.num_classes, dm.in_features) == (26, 16)
+    dm.setup()
+    assert len(dm.train_dataset) == 30 and len(dm.test_dataset) == 10  # 75 / 25, file order
+    expected = torch.tensor([ord(c) - ord("A") for c in letters])
+    torch.testing.assert_close(dm.train_targets(), expected[:30])
+    torch.testing.assert_close(dm.test_dataset.tensors[1], expected[30:])
+    assert dm.train_targets()[0] == 19  # 'T' -> 19
+    lo, hi = x_raw[:30].min(0), x_raw[:30].max(0)
+    torch.testing.assert_close(
+        dm.test_dataset.tensors[0], torch.from_numpy((x_raw[30:] - lo) / (hi - lo)).float()
+    )
+
+
+def test_letter_gz_in_subdirectory(tmp_path: Path) -> None:
+    (tmp_path / "letter").mkdir()
+    write_letter(tmp_path / "plain.data", n=52)
+    with gzip.open(tmp_path / "letter" / "letter-recognition.data.gz", "wb") as fh:
+        fh.write((tmp_path / "plain.data").read_bytes())
+    dm = LetterDataModule(tmp_path, download=False)
+    dm.setup()
+    assert len(dm.train_dataset) + len(dm.val_dataset) == 39 and len(dm.test_dataset) == 13
+
+
+def test_letter_rejects_malformed_csv(tmp_path: Path) -> None:
+    (tmp_path / "letter-recognition.data").write_text("a," + ",".join(["1"] * 16) + "\n")
+    with pytest.raises(ValueError, match=r"must start with a capital letter A\.\.Z, got 'a'"):
+        LetterDataModule(tmp_path, download=False).setup()
+    (tmp_path / "letter-recognition.data").write_text("A,1,2\n")
+    with pytest.raises(ValueError, match=r"line 1 of .* must have 17 comma-separated fields"):
+        LetterDataModule(tmp_path, download=False).setup()
+
+
+def test_letter_offline_error(tmp_path: Path, no_network: None) -> None:
+    start = time.perf_counter()
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"LetterDataModule: no Letter data under '.*home' and the download failed "
+        r"\(OSError: network unreachable \(test\)\)\. Expected the UCI CSV "
+        r"letter-recognition\.data",
+    ):
+        LetterDataModule(tmp_path / "home").setup()
+    assert time.perf_counter() - start < FAST_S
+
+
+def test_letter_openml_path_maps_letters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 16, size=(40, 16)).astype(np.float64)
+    y = np.array([string.ascii_uppercase[i % 26] for i in range(40)], dtype=object)
+    calls = []
+
+    def fake_fetch_openml(name, **kwargs):
+        calls.append((name, kwargs))
+        return x, y
+
+    monkeypatch.setattr("sklearn.datasets.fetch_openml", fake_fetch_openml)
+    monkeypatch.setattr("kernel_layers.data.check_network", lambda urls, **kw: None)
+    dm = LetterDataModule(tmp_path, val_fraction=0.0)
+    dm.setup()
+    assert calls[0][0] == "letter" and calls[0][1]["version"] == 1
+    assert calls[0][1]["data_home"] == str(tmp_path)
+    assert dm.train_targets().tolist() == [i % 26 for i in range(30)]
+
+
+# ---------------------------------------------------------------------------- in memory
+def test_tensor_data_module_infers_shapes() -> None:
+    x = torch.rand(60, 2, 3) * 10
+    y = torch.arange(60) % 4
+    dm = TensorDataModule(x[:50], y[:50], x[50:], y[50:], batch_size=10, val_fraction=0.2)
+    assert (dm.num_classes, dm.in_features, dm.input_shape) == (4, 6, (2, 3))
+    assert isinstance(dm, ArrayDataModule)
+    dm.setup()
+    assert dm.train_features().shape == (40, 2, 3) and len(dm.train_dataloader()) == 4
+    assert dm.hparams["batch_size"] == 10 and "x_train" not in dm.hparams
+    with pytest.raises(ValueError, match=r"test labels must be integers in \[0, 2\)"):
+        TensorDataModule(x[:50], y[:50] % 2, x[50:], y[50:], num_classes=2).setup()
+    with pytest.raises(ValueError, match="train features contain NaN or Inf"):
+        bad = x[:50].clone()
+        bad[0, 0, 0] = float("nan")
+        TensorDataModule(bad, y[:50], x[50:], y[50:]).setup()
+
+
+def test_batched_getitems_matches_indexing() -> None:
+    dm = DigitsDataModule()
+    dm.setup()
+    ds = dm.train_dataset
+    xb, yb = ds.__getitems__([3, 1, 4])
+    torch.testing.assert_close(xb, torch.stack([ds[i][0] for i in (3, 1, 4)]))
+    torch.testing.assert_close(yb, torch.stack([ds[i][1] for i in (3, 1, 4)]))
+
+
+# ---------------------------------------------------------------------------- arguments
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"batch_size": 0}, ValueError, "argument 'batch_size' must be >= 1, got 0"),
+        ({"num_features": 0}, ValueError, "argument 'num_features' must be >= 1, got 0"),
+        ({"num_workers": -1}, ValueError, "argument 'num_workers' must be >= 0, got -1"),
+        ({"seed": -2}, ValueError, "argument 'seed' must be >= 0, got -2"),
+        ({"batch_size": 2.5}, TypeError, "argument 'batch_size' must be an int or None, got float"),
+        (
+            {"val_fraction": 1.0},
+            ValueError,
+            r"argument 'val_fraction' must be in \[0, 1\), got 1.0",
+        ),
+        (
+            {"val_fraction": -0.1},
+            ValueError,
+            r"argument 'val_fraction' must be in \[0, 1\), got -0.1",
+        ),
+        ({"scaling": "zscore"}, ValueError, "argument 'scaling' must be one of .* got 'zscore'"),
+        ({"pin_memory": 1}, TypeError, "argument 'pin_memory' must be a bool, got int"),
+        ({"download": "no"}, TypeError, "argument 'download' must be a bool, got str"),
+    ],
+)
+def test_argument_validation(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=f"CovTypeDataModule: {match}"):
+        CovTypeDataModule("unused", **kwargs)
+
+
+def test_location_argument_validation() -> None:
+    with pytest.raises(TypeError, match="MNISTDataModule: argument 'root' must be a str or path"):
+        MNISTDataModule(root=3)
+    with pytest.raises(TypeError, match="argument 'data_home' must be a str, path or None"):
+        LetterDataModule(data_home=1.5)
+    with pytest.raises(TypeError, match="DigitsDataModule: argument 'flatten' must be a bool"):
+        DigitsDataModule(flatten="yes")
+    with pytest.raises(ValueError, match="too few to hold out"):
+        TensorDataModule(np.zeros((1, 2)), np.zeros(1), np.zeros((1, 2)), np.zeros(1)).setup()
+
+
+def test_scaler_ignores_validation_rows() -> None:
+    x = torch.arange(20, dtype=torch.float64).reshape(20, 1).repeat(1, 2)
+    x[0, 0] = 1000.0  # planted in one training row; column 1 is column 0 without it
+    y = torch.arange(20) % 2
+    outcomes = set()
+    for seed in range(8):
+        dm = TensorDataModule(x, y, x[:4], y[:4], val_fraction=0.5, seed=seed)
+        dm.setup()
+        planted_in_val = bool((dm.val_dataset.tensors[0][:, 0] > 1).any())
+        if planted_in_val:  # the validation row did not move the scaler
+            assert torch.equal(dm.data_max[0], dm.data_max[1]) and dm.data_max[0] < 20
+        else:
+            assert float(dm.data_max[0]) == 1000.0
+        assert dm.train_features().max() <= 1.0
+        outcomes.add(planted_in_val)
+    assert outcomes == {True, False}
