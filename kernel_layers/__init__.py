@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from kernel_layers.fourier import FourierLayer
+from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
+from kernel_layers.heads import RidgeHead
 from kernel_layers.kernels import available_kernels, get_kernel, register_kernel
+from kernel_layers.module import KernelClassifier
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DILoss,
@@ -15,13 +18,18 @@ from kernel_layers.objectives import (
 __all__ = [
     "DILoss",
     "FourierLayer",
+    "GammaSearchResult",
+    "KernelClassifier",
     "NystromLayer",
+    "RidgeHead",
     "available_kernels",
     "discriminant_information",
+    "gamma_heuristic",
     "get_kernel",
     "least_squares_loss",
     "nystrom_discriminant_information",
     "register_kernel",
+    "select_gamma",
 ]
 
 __version__ = "0.1.0"

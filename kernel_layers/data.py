@@ -512,6 +512,10 @@ class ArrayDataModule(LightningDataModule):
         """Shuffled training batches ``(x [B, *input_shape], y [B])``, incomplete last dropped."""
         return self._loader(self._require(self.train_dataset, "train"), train=True)
 
+    def train_eval_dataloader(self) -> DataLoader:
+        """Every training row once, in order, nothing dropped (for exact read-out fits)."""
+        return self._loader(self._require(self.train_dataset, "train"), train=False)
+
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Validation batches, or an empty list when ``val_fraction == 0`` (no validation)."""
         if self.val_dataset is None:

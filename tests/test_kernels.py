@@ -45,7 +45,8 @@ def test_sklearn_gamma_convention() -> None:
     from sklearn.metrics.pairwise import laplacian_kernel as sk_lap
     from sklearn.metrics.pairwise import rbf_kernel
 
-    x, z = np.random.rand(5, 3), np.random.rand(4, 3)
+    rng = np.random.default_rng(0)
+    x, z = rng.random((5, 3)), rng.random((4, 3))
     tx, tz = torch.tensor(x), torch.tensor(z)
     np.testing.assert_allclose(gaussian_kernel(tx, tz, 0.7).numpy(), rbf_kernel(x, z, gamma=0.7))
     np.testing.assert_allclose(laplacian_kernel(tx, tz, 0.7).numpy(), sk_lap(x, z, gamma=0.7))

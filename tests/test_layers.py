@@ -183,7 +183,7 @@ def test_nystrom_errors() -> None:
         NystromLayer(2, 3, landmarks=torch.rand(3, 5))
     with pytest.raises(ValueError, match="'landmarks' must be finite"):
         NystromLayer(2, 1, landmarks=torch.tensor([[float("nan"), 0.0]]))
-    with pytest.raises(ValueError, match="'jitter' must be a finite number > 0, got -1.0"):
+    with pytest.raises(ValueError, match=r"'jitter' must be a finite number > 0, got -1\.0"):
         NystromLayer(2, 3, jitter=-1.0)
     with pytest.raises(ValueError, match=r"from_data: argument 'init' must be one of \['random'\]"):
         NystromLayer.from_data(torch.rand(5, 2), 3, init="best")

@@ -254,7 +254,7 @@ def test_nysdi_errors() -> None:
         nystrom_discriminant_information(x[:, :2], y, z, gamma=1.0)
     with pytest.raises(ValueError, match=r"'landmarks' must have shape \[N, D\], got \[4\]"):
         nystrom_discriminant_information(x, y, z[:, 0], gamma=1.0)
-    with pytest.raises(ValueError, match="'gamma' must be a finite number > 0, got -1.0"):
+    with pytest.raises(ValueError, match=r"'gamma' must be a finite number > 0, got -1\.0"):
         nystrom_discriminant_information(x, y, z, gamma=-1.0)
     with pytest.raises(ValueError, match="'jitter' must be a finite number > 0"):
         nystrom_discriminant_information(x, y, z, gamma=1.0, jitter=0.0)

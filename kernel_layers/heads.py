@@ -1,0 +1,120 @@
+"""Closed-form ridge read-out fitted from streamed sufficient statistics."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from kernel_layers._linalg import SOLVE_DTYPE, robust_cholesky
+from kernel_layers._validation import check_int, check_matrix, check_positive
+from kernel_layers.objectives import DIStatistics, di_statistics, merge_statistics
+
+__all__ = ["DEFAULT_HEAD_RHO", "RidgeHead", "ridge_solve"]
+
+#: Ridge penalty of the read-out (on un-normalised sums over the training set).
+DEFAULT_HEAD_RHO = 1e-3
+
+
+def ridge_solve(stats: DIStatistics, rho: float) -> tuple[Tensor, Tensor]:
+    """Ridge regression with intercept from sufficient statistics.
+
+    Minimises ``||Y - Phi W - 1 b^T||^2 + rho ||W||^2`` over all rows the statistics saw:
+    ``W = (Phi_c^T Phi_c + rho I)^-1 Phi_c^T Y_c`` and ``b = mean(Y) - mean(Phi) W``.
+
+    Args:
+        stats: statistics of the training features and targets.
+        rho: ridge penalty ``> 0``.
+
+    Returns:
+        tuple[Tensor[J, L], Tensor[L]]: ``W`` and ``b`` in float64.
+    """
+    s = stats.scatter.to(SOLVE_DTYPE, copy=True)
+    s.diagonal().add_(rho)
+    factor = robust_cholesky(s, owner="ridge_solve")
+    weight = torch.cholesky_solve(stats.cross.to(SOLVE_DTYPE), factor)
+    bias = stats.target_mean.to(SOLVE_DTYPE) - stats.mean.to(SOLVE_DTYPE) @ weight
+    return weight, bias
+
+
+class RidgeHead(nn.Module):
+    """Linear read-out ``scores = phi W + b`` fitted exactly, in one pass, by ridge regression.
+
+    Call :meth:`reset`, then :meth:`update` on every batch of training features (one-hot
+    targets for classification), then :meth:`fit`. Only ``J x J`` statistics are kept,
+    merged batch by batch without cancellation, never an ``N x J`` matrix. ``weight``
+    and ``bias`` are buffers, so they are saved in checkpoints.
+
+    Args:
+        in_features: feature width ``J``.
+        num_outputs: number of outputs ``L`` (classes).
+        rho: ridge penalty ``> 0``.
+
+    Attributes:
+        weight (Tensor[J, L]): read-out weights.
+        bias (Tensor[L]): intercept.
+        fitted (Tensor[]): whether :meth:`fit` has run (a bool buffer).
+
+    Shape:
+        features (Tensor[B, J]) -> Tensor[B, L] scores.
+    """
+
+    def __init__(self, in_features: int, num_outputs: int, *, rho: float = DEFAULT_HEAD_RHO):
+        super().__init__()
+        owner = type(self).__name__
+        self.in_features = check_int(owner, "in_features", in_features)
+        self.num_outputs = check_int(owner, "num_outputs", num_outputs)
+        self.rho = check_positive(owner, "rho", rho)
+        self.register_buffer("weight", torch.zeros(self.in_features, self.num_outputs))
+        self.register_buffer("bias", torch.zeros(self.num_outputs))
+        self.register_buffer("fitted", torch.tensor(False))
+        self._stats: DIStatistics | None = None
+
+    def reset(self) -> None:
+        """Forget the accumulated statistics."""
+        self._stats = None
+
+    @torch.no_grad()
+    def update(self, features: Tensor, targets: Tensor) -> None:
+        """Accumulate a batch.
+
+        Args:
+            features (Tensor[B, J]): features.
+            targets (Tensor[B]): integer labels in ``[0, L)``, or a float matrix ``[B, L]``.
+        """
+        check_matrix(type(self).__name__, "features", features, width=self.in_features)
+        if targets.is_floating_point():
+            y = targets
+        else:
+            y = nn.functional.one_hot(targets.long(), self.num_outputs)
+        batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE))
+        self._stats = batch if self._stats is None else merge_statistics(self._stats, batch)
+
+    @property
+    def statistics(self) -> DIStatistics | None:
+        """The statistics accumulated since the last :meth:`reset` (``None`` if none)."""
+        return self._stats
+
+    def set_statistics(self, stats: DIStatistics) -> None:
+        """Replace the accumulated statistics (e.g. by their sum over processes)."""
+        self._stats = stats
+
+    @torch.no_grad()
+    def fit(self) -> None:
+        """Solve the ridge problem on the accumulated statistics.
+
+        Raises:
+            RuntimeError: no batch was accumulated.
+        """
+        if self._stats is None:
+            raise RuntimeError(f"{type(self).__name__}: fit() called before any update()")
+        weight, bias = ridge_solve(self._stats, self.rho)
+        self.weight.copy_(weight)
+        self.bias.copy_(bias)
+        self.fitted.fill_(True)
+
+    def forward(self, features: Tensor) -> Tensor:
+        """Scores ``features @ W + b``."""
+        return torch.addmm(self.bias.to(features.dtype), features, self.weight.to(features.dtype))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, num_outputs={self.num_outputs}, rho={self.rho}"

@@ -1,0 +1,293 @@
+"""KernelClassifier: a LightningModule that trains kernel layers with DI, LS or CE."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from kernel_layers._validation import check_int, check_positive
+from kernel_layers.heads import DEFAULT_HEAD_RHO, RidgeHead
+from kernel_layers.nystrom import NystromLayer
+from kernel_layers.objectives import (
+    DEFAULT_RHO,
+    discriminant_information,
+    least_squares_loss,
+    nystrom_discriminant_information,
+)
+
+__all__ = ["OBJECTIVES", "KernelClassifier"]
+
+#: Training objectives: Discriminant Information, the paper's least-squares and
+#: cross-entropy baselines.
+OBJECTIVES = ("di", "ls", "ce")
+
+
+class KernelClassifier(LightningModule):
+    """Train a kernel layer (optionally atop a backbone) and read it out linearly.
+
+    Objectives (the DI paper's Section 5):
+
+    * ``"di"``: maximise the Discriminant Information of each batch's features (NysDI,
+      eq. 10, for a :class:`~kernel_layers.NystromLayer`; DI of the features, RFDI, for
+      any other layer). No read-out is trained by gradient; accuracy comes from a
+      closed-form ridge classifier (:class:`~kernel_layers.heads.RidgeHead`) fitted
+      exactly in one streamed pass over the training data whenever validation runs, at
+      the end of fit, and before testing or predicting if it was never fitted.
+    * ``"ls"``: the least-squares baseline: a ridge read-out trained jointly,
+      alternating a closed-form ridge solve (on the statistics of the previous epoch's
+      features) with gradient steps on the kernel parameters against the ridge loss.
+    * ``"ce"``: a linear softmax read-out trained jointly with cross-entropy.
+
+    A backbone (any module mapping inputs to ``[B, in_features]``) is trained end to end
+    by the same objective. Without one, inputs ``[B, ...]`` are flattened.
+
+    Logged: ``train/di`` (``"di"``; per step and its epoch mean ``train/di_epoch``, the
+    quantity :class:`~callbacks.PlateauDecay` and :class:`~callbacks.DISaturationStopping`
+    watch), ``train/loss`` (every objective), ``lr``, ``val/acc`` and ``test/acc``.
+
+    Args:
+        kernel_layer: a module with ``out_features`` (``NystromLayer``, ``FourierLayer``).
+        num_classes: number of classes ``L``.
+        backbone: optional feature extractor before the kernel layer.
+        objective: ``"di"``, ``"ls"`` or ``"ce"``.
+        rho: ridge parameter of DI / NysDI and of the LS loss.
+        lr: Adam learning rate of the kernel layer (and read-out).
+        backbone_lr: learning rate of the backbone (default ``lr``).
+        head_rho: ridge penalty of the closed-form read-out.
+        init_landmarks: initialise a ``NystromLayer``'s landmarks from a random subset of
+            the training data (through the backbone) when fit starts (the paper's
+            protocol); skipped when resuming.
+        return_scores: ``predict_step`` returns ``(classes, scores)`` instead of classes.
+    """
+
+    def __init__(
+        self,
+        kernel_layer: nn.Module,
+        *,
+        num_classes: int,
+        backbone: nn.Module | None = None,
+        objective: str = "di",
+        rho: float = DEFAULT_RHO,
+        lr: float = 1e-3,
+        backbone_lr: float | None = None,
+        head_rho: float = DEFAULT_HEAD_RHO,
+        init_landmarks: bool = True,
+        return_scores: bool = False,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        if objective not in OBJECTIVES:
+            raise ValueError(
+                f"{owner}: argument 'objective' must be one of {list(OBJECTIVES)}, "
+                f"got {objective!r}"
+            )
+        width = getattr(kernel_layer, "out_features", None)
+        if not isinstance(kernel_layer, nn.Module) or not isinstance(width, int):
+            raise TypeError(
+                f"{owner}: argument 'kernel_layer' must be an nn.Module with an int "
+                f"'out_features', got {type(kernel_layer).__name__}"
+            )
+        check_int(owner, "num_classes", num_classes, minimum=2)
+        check_positive(owner, "rho", rho)
+        check_positive(owner, "lr", lr)
+        if backbone_lr is not None:
+            check_positive(owner, "backbone_lr", backbone_lr)
+        self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
+        self.kernel_layer = kernel_layer
+        self.backbone = backbone
+        self.num_features = width
+        self.head = RidgeHead(width, num_classes, rho=head_rho)
+        self.readout = nn.Linear(width, num_classes) if objective == "ce" else None
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.register_buffer("landmarks_initialised", torch.tensor(False))
+
+    # ------------------------------------------------------------------ features
+    def embed(self, x: Tensor) -> Tensor:
+        """Inputs of the kernel layer: ``backbone(x)``, or ``x`` flattened to ``[B, D]``."""
+        if self.backbone is not None:
+            return self.backbone(x)
+        return x.flatten(1) if x.ndim > 2 else x
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Kernel features ``x (Tensor[B, ...]) -> Tensor[B, J]``."""
+        return self.kernel_layer(self.embed(x))
+
+    def scores(self, features: Tensor) -> Tensor:
+        """Class scores ``[B, L]`` of the read-out on ``features (Tensor[B, J])``."""
+        return self.readout(features) if self.readout is not None else self.head(features)
+
+    # ------------------------------------------------------------------ training
+    def _check_batch(self, batch: int) -> None:
+        if batch <= self.num_features:
+            raise ValueError(
+                f"{type(self).__name__}: the DI objective needs batches larger than the "
+                f"feature width J={self.num_features}, got a batch of {batch} rows "
+                f"(DI saturates when B <= J); set the data module's batch_size to at least "
+                f"{2 * self.num_features} (the paper uses max(1000, 2J)) with drop_last=True"
+            )
+
+    def _di(self, h: Tensor, y: Tensor) -> Tensor:
+        layer, hp = self.kernel_layer, self.hparams
+        if isinstance(layer, NystromLayer):
+            return nystrom_discriminant_information(
+                h,
+                y,
+                layer.landmarks,
+                kernel=layer.kernel,
+                gamma=layer.gamma,
+                rho=hp.rho,
+                jitter=layer.jitter,
+                num_classes=hp.num_classes,
+            )
+        return discriminant_information(layer(h), y, rho=hp.rho, num_classes=hp.num_classes)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        x, y = batch[0], batch[1]
+        h = self.embed(x)
+        objective = self.hparams.objective
+        if objective == "di":
+            self._check_batch(h.shape[0])
+            di = self._di(h, y)
+            loss = -di
+            self.log("train/di", di, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
+        else:
+            features = self.kernel_layer(h)
+            if objective == "ls":
+                self.head.update(features.detach(), y)
+                onehot = nn.functional.one_hot(y, self.hparams.num_classes).to(features.dtype)
+                weight, bias = (
+                    self.head.weight.to(features.dtype),
+                    self.head.bias.to(features.dtype),
+                )
+                loss = least_squares_loss(features, onehot, weight, bias, rho=self.hparams.rho)
+                loss = loss / len(y)
+            else:
+                loss = nn.functional.cross_entropy(self.readout(features), y)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y))
+        groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
+        if groups:
+            self.log("lr", groups[0]["lr"], on_step=False, on_epoch=True, batch_size=len(y))
+        if not bool(torch.isfinite(loss)):
+            rank_zero_warn(
+                f"{type(self).__name__}: non-finite training objective ({loss.item()}) at "
+                f"epoch {self.current_epoch}, batch {batch_idx}; stopping"
+            )
+            self.trainer.should_stop = True
+            return None
+        return loss if loss.requires_grad else None
+
+    # ------------------------------------------------------------------ read-out fits
+    def _train_eval_batches(self) -> Iterable[Any]:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and hasattr(datamodule, "train_eval_dataloader"):
+            return datamodule.train_eval_dataloader()
+        return self.trainer.fit_loop._data_source.dataloader()  # user-passed train loader
+
+    @torch.no_grad()
+    def refit_head(self, batches: Iterable[Any] | None = None) -> None:
+        """Fit the ridge read-out exactly, in one pass over ``batches`` (default: train)."""
+        was_training = self.training
+        self.eval()
+        self.head.reset()
+        for batch in self._train_eval_batches() if batches is None else batches:
+            x, y = batch[0].to(self.device), batch[1].to(self.device)
+            self.head.update(self(x), y)
+        self.head.fit()
+        self.train(was_training)
+
+    @torch.no_grad()
+    def _init_landmarks(self) -> None:
+        layer = self.kernel_layer
+        needed = layer.out_features
+        rows: list[Tensor] = []
+        for batch in self.trainer.train_dataloader:
+            rows.append(self.embed(batch[0].to(self.device)))
+            if sum(len(r) for r in rows) >= needed:
+                break
+        data = torch.cat(rows)
+        if len(data) < needed:
+            raise ValueError(
+                f"{type(self).__name__}: init_landmarks needs {needed} training rows, "
+                f"the training data has {len(data)}"
+            )
+        layer.landmarks.copy_(data[:needed].to(layer.landmarks))
+
+    def on_train_start(self) -> None:
+        hp = self.hparams
+        if (
+            hp.init_landmarks
+            and isinstance(self.kernel_layer, NystromLayer)
+            and not bool(self.landmarks_initialised)
+        ):
+            self._init_landmarks()
+            self.landmarks_initialised.fill_(True)
+        if hp.objective == "ls" and not bool(self.head.fitted):
+            self.refit_head()
+        self.head.reset()
+
+    def on_train_epoch_end(self) -> None:
+        if self.hparams.objective == "ls" and self.head.statistics is not None:
+            self.head.fit()  # the alternating closed-form step of the LS baseline
+            self.head.reset()
+
+    def on_validation_epoch_start(self) -> None:
+        if self.readout is None and not self.trainer.sanity_checking:
+            self.refit_head()
+
+    def on_fit_end(self) -> None:
+        if self.readout is None:
+            self.refit_head()
+
+    def _ensure_head(self) -> None:
+        if self.readout is None and not bool(self.head.fitted):
+            self.refit_head()
+
+    def on_test_epoch_start(self) -> None:
+        self._ensure_head()
+
+    def on_predict_epoch_start(self) -> None:
+        self._ensure_head()
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, batch: Any, metric: MulticlassAccuracy, name: str) -> None:
+        if self.readout is None and not bool(self.head.fitted):
+            return  # sanity check before any fit: nothing to report
+        x, y = batch[0], batch[1]
+        metric.update(self.scores(self(x)), y)
+        self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_acc, "val/acc")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_acc, "test/acc")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor | tuple[Tensor, Tensor]:
+        x = batch[0] if isinstance(batch, list | tuple) else batch
+        scores = self.scores(self(x))
+        classes = scores.argmax(1)
+        return (classes, scores) if self.hparams.return_scores else classes
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self) -> torch.optim.Optimizer | None:
+        hp = self.hparams
+        groups = []
+        own = [p for p in self.kernel_layer.parameters() if p.requires_grad]
+        if self.readout is not None:
+            own += list(self.readout.parameters())
+        if own:
+            groups.append({"params": own, "lr": hp.lr, "name": "kernel"})
+        if self.backbone is not None:
+            params = [p for p in self.backbone.parameters() if p.requires_grad]
+            if params:
+                groups.append({"params": params, "lr": hp.backbone_lr or hp.lr, "name": "backbone"})
+        if not groups:
+            return None
+        return torch.optim.Adam(groups)

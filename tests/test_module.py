@@ -1,0 +1,196 @@
+"""KernelClassifier and the ridge head."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_classification
+from sklearn.linear_model import Ridge
+from torch import nn
+
+from kernel_layers import FourierLayer, NystromLayer
+from kernel_layers.data import TensorDataModule
+from kernel_layers.heads import RidgeHead
+from kernel_layers.module import KernelClassifier
+
+
+def _data(n: int = 1200, seed: int = 0) -> TensorDataModule:
+    x, y = make_classification(
+        n_samples=n + 400,
+        n_features=10,
+        n_informative=6,
+        n_redundant=0,
+        n_classes=4,
+        n_clusters_per_class=2,
+        class_sep=1.0,
+        random_state=seed,
+    )
+    return TensorDataModule(x[:n], y[:n], x[n:], y[n:], batch_size=300, val_fraction=0.0, seed=seed)
+
+
+def _trainer(**kwargs: object) -> L.Trainer:
+    args = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+    )
+    args.update(kwargs)
+    return L.Trainer(**args)
+
+
+def test_ridge_head_equals_sklearn_ridge() -> None:
+    rng = np.random.default_rng(0)
+    phi = rng.normal(size=(300, 12)) + 5.0
+    labels = rng.integers(0, 3, 300)
+    head = RidgeHead(12, 3, rho=0.7)
+    for chunk in np.array_split(np.arange(300), 7):  # streamed in uneven batches
+        head.update(torch.tensor(phi[chunk]), torch.tensor(labels[chunk]))
+    head.fit()
+    reference = Ridge(alpha=0.7).fit(phi, np.eye(3)[labels])
+    np.testing.assert_allclose(head.weight.double().numpy(), reference.coef_.T, rtol=1e-6)
+    np.testing.assert_allclose(head.bias.double().numpy(), reference.intercept_, rtol=1e-6)
+    scores = head(torch.tensor(phi, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(scores, reference.predict(phi), rtol=1e-4, atol=1e-4)
+
+
+def test_ridge_head_errors() -> None:
+    head = RidgeHead(4, 2)
+    with pytest.raises(RuntimeError, match=r"RidgeHead: fit\(\) called before any update\(\)"):
+        head.fit()
+    with pytest.raises(
+        ValueError, match="RidgeHead: argument 'features' must have last dimension 4"
+    ):
+        head.update(torch.rand(5, 3), torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="RidgeHead: argument 'rho'"):
+        RidgeHead(4, 2, rho=0.0)
+
+
+def _fitted_accuracy(model: KernelClassifier, dm: TensorDataModule) -> float:
+    return _trainer().test(model, dm, verbose=False)[0]["test/acc"]
+
+
+def _train(layer_cls: type, objective: str, trainable: bool) -> tuple[float, L.Trainer]:
+    L.seed_everything(0)
+    dm = _data()
+    layer = layer_cls(10, 24, gamma=3.0, seed=0, trainable=trainable)
+    model = KernelClassifier(layer, num_classes=4, objective=objective, lr=0.05)
+    trainer = _trainer(max_epochs=25)
+    trainer.fit(model, dm)
+    return _fitted_accuracy(model, dm), trainer
+
+
+@pytest.mark.parametrize("objective", ["di", "ls", "ce"])
+@pytest.mark.parametrize("layer_cls", [NystromLayer, FourierLayer])
+def test_each_objective_beats_its_untrained_start(objective: str, layer_cls: type) -> None:
+    # Same data, seeds, read-out and schedule; only the kernel layer's trainability differs.
+    frozen, _ = _train(layer_cls, objective, trainable=False)
+    trained, trainer = _train(layer_cls, objective, trainable=True)
+    assert trained > frozen + 0.03, (frozen, trained)
+    metrics = trainer.logged_metrics
+    assert "train/loss_epoch" in metrics and "lr" in metrics
+    if objective == "di":
+        assert "train/di_epoch" in metrics
+
+
+def test_di_rejects_batches_not_larger_than_j() -> None:
+    dm = _data()
+    model = KernelClassifier(FourierLayer(10, 300, seed=0), num_classes=4)
+    with pytest.raises(
+        ValueError,
+        match=r"larger than the feature width J=300, got a batch of 300 rows.*at least 600",
+    ):
+        _trainer(max_epochs=1).fit(model, dm)
+
+
+def test_predict_returns_classes_and_scores_on_request() -> None:
+    dm = _data()
+    model = KernelClassifier(FourierLayer(10, 16, seed=0), num_classes=4, return_scores=True)
+    _trainer(max_epochs=1).fit(model, dm)
+    out = _trainer().predict(model, dm)
+    classes, scores = out[0]
+    assert scores.shape == (len(classes), 4)
+    assert torch.equal(classes, scores.argmax(1))
+    model.hparams.return_scores = False
+    assert _trainer().predict(model, dm)[0].shape == classes.shape
+
+
+def test_landmarks_initialised_from_training_rows_once() -> None:
+    L.seed_everything(0)
+    dm = _data()
+    model = KernelClassifier(NystromLayer(10, 20, seed=0), num_classes=4, lr=1e-9)
+    _trainer(max_epochs=1).fit(model, dm)
+    train = torch.as_tensor(dm.train_features())
+    z = model.kernel_layer.landmarks.detach()
+    gap = (z[:, None, :] - train[None, :, :]).abs().amax(-1).min(1).values
+    assert bool(model.landmarks_initialised)
+    assert gap.max() < 1e-6  # every landmark is (within one tiny Adam step of) a training row
+    before = z.clone()
+    _trainer(max_epochs=1).fit(model, dm)  # flag set: not re-initialised
+    assert torch.allclose(model.kernel_layer.landmarks.detach(), before, atol=1e-4)
+
+
+def test_backbone_is_trained_with_its_own_learning_rate() -> None:
+    dm = _data()
+    backbone = nn.Sequential(nn.Linear(10, 8), nn.Tanh())
+    model = KernelClassifier(
+        NystromLayer(8, 12, seed=0), num_classes=4, backbone=backbone, lr=1e-2, backbone_lr=1e-3
+    )
+    first = backbone[0].weight.detach().clone()
+    trainer = _trainer(max_epochs=1)
+    trainer.fit(model, dm)
+    assert not torch.equal(first, backbone[0].weight.detach())
+    lrs = {g["name"]: g["lr"] for g in trainer.optimizers[0].param_groups}
+    assert lrs == {"kernel": 1e-2, "backbone": 1e-3}
+
+
+class _NaNLayer(nn.Module):
+    out_features = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(10, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w * float("nan")
+
+
+def test_non_finite_objective_stops_with_reason() -> None:
+    model = KernelClassifier(_NaNLayer(), num_classes=4, objective="ce")
+    trainer = _trainer(max_epochs=5)
+    with pytest.warns(UserWarning, match="non-finite training objective"):
+        trainer.fit(model, _data())
+    assert trainer.should_stop and trainer.current_epoch <= 1  # not the 5 epochs asked for
+    assert torch.equal(model.kernel_layer.w.detach(), torch.ones(10, 3))  # no update applied
+
+
+def test_untrained_baseline_evaluates_without_fit() -> None:
+    dm = _data()
+    model = KernelClassifier(
+        NystromLayer(10, 24, gamma=0.05, trainable=False, seed=0), num_classes=4
+    )
+    acc = _fitted_accuracy(model, dm)
+    assert 0.25 < acc <= 1.0
+    assert model.configure_optimizers() is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"objective": "svm"}, ValueError, r"'objective' must be one of \['di', 'ls', 'ce'\]"),
+        ({"num_classes": 1}, ValueError, "'num_classes' must be >= 2, got 1"),
+        ({"rho": -1.0}, ValueError, "'rho' must be a finite number > 0"),
+        ({"lr": 0.0}, ValueError, "'lr' must be a finite number > 0"),
+        ({"backbone_lr": 0.0}, ValueError, "'backbone_lr' must be a finite number > 0"),
+        ({"kernel_layer": nn.ReLU()}, TypeError, "'kernel_layer' must be an nn.Module with an int"),
+    ],
+)
+def test_constructor_errors(kwargs: dict, exc: type, match: str) -> None:
+    args = {"kernel_layer": FourierLayer(3, 4), "num_classes": 3}
+    args.update(kwargs)
+    with pytest.raises(exc, match=f"KernelClassifier: argument {match}"):
+        KernelClassifier(args.pop("kernel_layer"), **args)
