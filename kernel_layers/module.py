@@ -61,8 +61,9 @@ class KernelClassifier(LightningModule):
         backbone_lr: learning rate of the backbone (default ``lr``).
         head_rho: ridge penalty of the closed-form read-out.
         init_landmarks: initialise a ``NystromLayer``'s landmarks from a random subset of
-            the training data (through the backbone) when fit starts (the paper's
-            protocol); skipped when resuming.
+            the training data (through the backbone) when fit starts, or when testing or
+            predicting a model that was never fitted (the paper's protocol, also for the
+            untrained standard-Nystrom baseline); skipped once done, e.g. when resuming.
         return_scores: ``predict_step`` returns ``(classes, scores)`` instead of classes.
     """
 
@@ -204,10 +205,23 @@ class KernelClassifier(LightningModule):
 
     @torch.no_grad()
     def _init_landmarks(self) -> None:
-        layer = self.kernel_layer
+        """Landmarks := the first rows of the (shuffled) training batches, embedded."""
+        hp, layer = self.hparams, self.kernel_layer
+        if (
+            not hp.init_landmarks
+            or not isinstance(layer, NystromLayer)
+            or bool(self.landmarks_initialised)
+        ):
+            return
+        loader = self.trainer.train_dataloader
+        if loader is None:  # test / predict without fit: ask the data module
+            datamodule = getattr(self.trainer, "datamodule", None)
+            if datamodule is None:
+                return
+            loader = datamodule.train_dataloader()
         needed = layer.out_features
         rows: list[Tensor] = []
-        for batch in self.trainer.train_dataloader:
+        for batch in loader:
             rows.append(self.embed(batch[0].to(self.device)))
             if sum(len(r) for r in rows) >= needed:
                 break
@@ -218,17 +232,11 @@ class KernelClassifier(LightningModule):
                 f"the training data has {len(data)}"
             )
         layer.landmarks.copy_(data[:needed].to(layer.landmarks))
+        self.landmarks_initialised.fill_(True)
 
     def on_train_start(self) -> None:
-        hp = self.hparams
-        if (
-            hp.init_landmarks
-            and isinstance(self.kernel_layer, NystromLayer)
-            and not bool(self.landmarks_initialised)
-        ):
-            self._init_landmarks()
-            self.landmarks_initialised.fill_(True)
-        if hp.objective == "ls" and not bool(self.head.fitted):
+        self._init_landmarks()
+        if self.hparams.objective == "ls" and not bool(self.head.fitted):
             self.refit_head()
         self.head.reset()
 
@@ -246,6 +254,7 @@ class KernelClassifier(LightningModule):
             self.refit_head()
 
     def _ensure_head(self) -> None:
+        self._init_landmarks()  # an untrained baseline evaluated without fit
         if self.readout is None and not bool(self.head.fitted):
             self.refit_head()
 

@@ -176,6 +176,10 @@ def test_untrained_baseline_evaluates_without_fit() -> None:
     acc = _fitted_accuracy(model, dm)
     assert 0.25 < acc <= 1.0
     assert model.configure_optimizers() is None
+    # The standard-Nystrom baseline: landmarks are training rows even without fit.
+    train = torch.as_tensor(dm.train_features())
+    z = model.kernel_layer.landmarks.detach()
+    assert (z[:, None, :] - train[None, :, :]).abs().amax(-1).min(1).values.max() == 0
 
 
 @pytest.mark.parametrize(
