@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from kernel_layers.ensemble import EnsembleNystrom
 from kernel_layers.fourier import FourierLayer
 from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
 from kernel_layers.heads import RidgeHead
-from kernel_layers.kernels import available_kernels, get_kernel, register_kernel
+from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
+from kernel_layers.landmarks import greedy_landmarks, kmeans, kmeans_plus_plus, random_landmarks
 from kernel_layers.module import KernelClassifier
+from kernel_layers.normalize import FeatureCentering, FeatureNormalization
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DILoss,
@@ -17,8 +20,12 @@ from kernel_layers.objectives import (
 
 __all__ = [
     "DILoss",
+    "EnsembleNystrom",
+    "FeatureCentering",
+    "FeatureNormalization",
     "FourierLayer",
     "GammaSearchResult",
+    "Kernel",
     "KernelClassifier",
     "NystromLayer",
     "RidgeHead",
@@ -26,8 +33,12 @@ __all__ = [
     "discriminant_information",
     "gamma_heuristic",
     "get_kernel",
+    "greedy_landmarks",
+    "kmeans",
+    "kmeans_plus_plus",
     "least_squares_loss",
     "nystrom_discriminant_information",
+    "random_landmarks",
     "register_kernel",
     "select_gamma",
 ]

@@ -7,7 +7,30 @@ import warnings
 import torch
 from torch import Tensor
 
-__all__ = ["CHOLESKY_JITTER", "JITTER_GROWTH", "MAX_JITTER_TRIES", "SOLVE_DTYPE", "robust_cholesky"]
+__all__ = [
+    "CHOLESKY_JITTER",
+    "HALF_DTYPES",
+    "JITTER_GROWTH",
+    "MAX_JITTER_TRIES",
+    "SOLVE_DTYPE",
+    "autocast_off",
+    "robust_cholesky",
+    "upcast",
+]
+
+#: Low-precision dtypes that kernel distances and DI solves never run in.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def upcast(x: Tensor) -> Tensor:
+    """``x`` in float32 if it is float16 / bfloat16, else ``x`` itself."""
+    return x.float() if x.dtype in HALF_DTYPES else x
+
+
+def autocast_off(x: Tensor) -> torch.autocast:
+    """A context that disables autocast on ``x``'s device type (mixed-precision safety)."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
 
 #: dtype of the ``J x J`` factorisation and solves (the ``B x J`` products keep the
 #: features' dtype).

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "check_dtype",
     "check_features",
     "check_finite",
     "check_int",
@@ -135,3 +136,27 @@ def check_matrix(owner: str, name: str, x: object, *, width: int | None = None) 
         )
     shape_width = x.shape[-1] if isinstance(x, Tensor) else -1
     return check_features(owner, name, x, shape_width if width is None else width, min_ndim=2)
+
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def check_dtype(owner: str, name: str, x: Tensor, dtype: torch.dtype) -> Tensor:
+    """Return ``x`` in ``dtype``: it must already be ``dtype``, or low precision.
+
+    Low-precision inputs (float16 / bfloat16, e.g. a backbone under autocast) are cast up
+    to the layer's dtype, so the kernel computations never run in low precision; any
+    other mismatch (float64 data into a float32 layer, say) is an error, as it is for
+    ``nn.Linear``, but one that names the layer.
+
+    Raises:
+        TypeError: ``x.dtype`` is neither ``dtype`` nor float16 / bfloat16.
+    """
+    if x.dtype == dtype:
+        return x
+    if x.dtype in _LOW_PRECISION:
+        return x.to(dtype)
+    raise TypeError(
+        f"{owner}: argument '{name}' must have the layer's dtype {dtype} (or float16 / "
+        f"bfloat16, cast up), got {x.dtype}; cast the input or call layer.to({x.dtype})"
+    )

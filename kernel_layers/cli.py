@@ -3,7 +3,8 @@
 Usage::
 
     kernel-layers fit --config recipes/quickstart.yaml      # trains, then tests
-    kernel-layers test --config recipes/quickstart.yaml --ckpt_path last
+    kernel-layers test --config recipes/quickstart.yaml --ckpt_path last   # recipes keep
+                                                      # checkpoints in checkpoints/<name>/
     kernel-layers select-gamma --data digits               # the paper's gamma search
 
 ``fit`` ends with a test run on the data module's test split (``--test_after_fit false``
@@ -13,6 +14,7 @@ turns it off). ``num_classes`` is taken from the data module.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -65,7 +67,11 @@ def _select_gamma(argv: list[str]) -> int:
     cls = names[args.data]
     kwargs = {}
     if args.root is not None:
-        kwargs["root" if "MNIST" in cls.__name__ else "data_home"] = args.root
+        params = inspect.signature(cls).parameters
+        key = next((k for k in ("root", "data_home") if k in params), None)
+        if key is None:
+            parser.error(f"--root does not apply to --data {args.data} (it needs no files)")
+        kwargs[key] = args.root
     dm = cls(**kwargs)
     result = select_gamma(
         dm.train_features().flatten(1),

@@ -1,17 +1,25 @@
-"""Random Fourier feature layer with trainable frequencies and phases."""
+"""Random Fourier feature layer with trainable frequencies and phases, or learned bandwidths."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral
 
 import torch
 from torch import Tensor, nn
 
+from kernel_layers._linalg import autocast_off, upcast
 from kernel_layers._random import make_generator
-from kernel_layers._validation import check_features, check_int, check_positive
-from kernel_layers.kernels import Kernel, get_kernel, sample_frequencies
+from kernel_layers._validation import check_dtype, check_features, check_int, check_positive
+from kernel_layers.kernels import Kernel, get_kernel, spectral_quantiles
 
-__all__ = ["FourierLayer", "cosine_features"]
+__all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
+
+#: Feature maps of :class:`FourierLayer`: ``sqrt(2/J) cos(x W + b)`` or the phase-free
+#: pairs ``sqrt(1/J') [cos(x W), sin(x W)]``.
+FEATURE_MAPS = ("cos", "cossin")
 
 
 class _CosineFeatures(torch.autograd.Function):
@@ -30,6 +38,15 @@ class _CosineFeatures(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "FourierLayer: double backward (create_graph=True) is not "
+                "supported: the closed-form backward is once differentiable"
+            )
+        return _CosineFeatures._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad: Tensor):  # type: ignore[no-untyped-def]
         x, w, h = ctx.saved_tensors
         e = torch.sin(h).mul_(grad).mul_(-ctx.scale)
         grad_x = e @ w.mT if ctx.needs_input_grad[0] else None
@@ -52,6 +69,74 @@ def cosine_features(x: Tensor, frequencies: Tensor, phases: Tensor) -> Tensor:
     return _CosineFeatures.apply(x, frequencies, phases, math.sqrt(2.0 / frequencies.shape[1]))
 
 
+def cossin_features(x: Tensor, frequencies: Tensor) -> Tensor:
+    """Phase-free random Fourier map ``sqrt(1/J') [cos(x W), sin(x W)]`` (no validation).
+
+    ``phi(x)^T phi(y) = (1/J') sum_j cos(w_j^T (x - y))``, an unbiased estimate of
+    ``k(x, y)`` with lower variance than the phased map at equal ``J'``.
+
+    Args:
+        x (Tensor[B, D]): inputs.
+        frequencies (Tensor[D, J']): ``W``.
+
+    Returns:
+        Tensor[B, 2 J']: features, the cosines first.
+    """
+    h = x @ frequencies
+    return torch.cat([torch.cos(h), torch.sin(h)], dim=-1).mul_(
+        math.sqrt(1.0 / frequencies.shape[1])
+    )
+
+
+def _check_bool(owner: str, name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: argument '{name}' must be a bool, got {value!r}")
+    return value
+
+
+def _check_blocks(owner: str, blocks: object, in_features: int) -> tuple[tuple[int, ...], ...]:
+    """Normalise ``blocks`` (sizes or index groups) to index groups partitioning ``[0, D)``."""
+    expected = (
+        f"a list of block sizes summing to in_features={in_features} or a list of index "
+        f"groups partitioning range({in_features})"
+    )
+    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence) or not blocks:
+        raise ValueError(f"{owner}: argument 'blocks' must be {expected}, got {blocks!r}")
+    if all(isinstance(b, Integral) and not isinstance(b, bool) for b in blocks):
+        sizes = [int(b) for b in blocks]  # type: ignore[arg-type]
+        if min(sizes) < 1 or sum(sizes) != in_features:
+            raise ValueError(
+                f"{owner}: argument 'blocks' must be {expected}, got sizes {sizes} "
+                f"(sum {sum(sizes)})"
+            )
+        bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        return tuple(tuple(range(a, b)) for a, b in itertools.pairwise(bounds))
+    groups = []
+    for group in blocks:
+        if (
+            isinstance(group, (str, bytes))
+            or not isinstance(group, Sequence)
+            or not group
+            or not all(isinstance(i, Integral) and not isinstance(i, bool) for i in group)
+        ):
+            raise ValueError(
+                f"{owner}: argument 'blocks' must be {expected}, got {blocks!r} "
+                f"(entry {group!r} is neither a size nor a non-empty list of indices)"
+            )
+        groups.append(tuple(int(i) for i in group))
+    flat = sorted(i for g in groups for i in g)
+    if flat != list(range(in_features)):
+        missing = sorted(set(range(in_features)) - set(flat))
+        extra = sorted(
+            {i for i in flat if not 0 <= i < in_features} | {i for i in flat if flat.count(i) > 1}
+        )
+        raise ValueError(
+            f"{owner}: argument 'blocks' must be {expected}, got {blocks!r} "
+            f"(missing {missing}, out of range or repeated {extra})"
+        )
+    return tuple(groups)
+
+
 class FourierLayer(nn.Module):
     r"""Random Fourier features ``phi(x) = sqrt(2/J) cos(x W + b)`` with learnable ``W, b``.
 
@@ -62,23 +147,61 @@ class FourierLayer(nn.Module):
     (RFDI in the DI paper). The draw is made eagerly in ``__init__`` so ``state_dict``
     round-trips before any forward pass.
 
+    **Fourier kernel learning** (``ard=True``; Bazavan, Li and Sminchisescu, "Fourier
+    kernel learning", ECCV 2012). The frequencies are ``W = diag(sigma) h(Omega)``:
+    ``Omega ~ U(0, 1)`` is drawn once, ``h`` is the quantile of the kernel's
+    standardised spectral law (``base_frequencies = h(Omega)``), and the bandwidth
+    ``sigma = exp(log_bandwidth)`` is learned, one per input dimension or one per block
+    of dimensions (``blocks``). Learning ``sigma`` learns an anisotropic kernel (e.g.
+    ``exp(-sum_i sigma_i^2 (x_i - y_i)^2 / 2)`` for the Gaussian) without resampling;
+    ``sigma_i -> 0`` switches input ``i`` off. The log parameterisation keeps ``sigma``
+    positive and makes Adam's steps relative. Initially every ``sigma_i = scale(gamma)``,
+    so ``W`` is exactly the non-ARD draw of the same seed. ``base_frequencies`` is a
+    buffer, or a parameter with ``trainable_frequencies=True``.
+
+    **Feature maps.** ``features="cos"`` gives ``sqrt(2/J) cos(x W + b)``;
+    ``features="cossin"`` gives the phase-free pairs ``sqrt(1/J') [cos(x W), sin(x W)]``
+    with ``J' = out_features / 2`` frequencies (``out_features`` must be even), whose
+    inner products ``(1/J') sum_j cos(w_j^T (x - y))`` estimate ``k`` with lower variance.
+
+    Kernels acting on ``log(x + c)`` (``"skewed_chi2"``, ``"skewed_intersection"``) map
+    the inputs through it first and reject inputs ``<= -c``.
+
     Args:
         in_features: input dimension ``D``.
         out_features: number of features ``J``.
-        kernel: a kernel with a spectral law (``"gaussian"``: ``exp(-gamma ||x-y||^2)``,
-            frequencies ``N(0, 2 gamma)``; ``"laplacian"``: ``exp(-gamma ||x-y||_1)``,
-            Cauchy frequencies of scale ``gamma``).
+        kernel: a kernel with a spectral law: ``"gaussian"``
+            (``exp(-gamma ||x-y||^2)``, frequencies ``N(0, 2 gamma)``), ``"laplacian"``
+            (``exp(-gamma ||x-y||_1)``, Cauchy frequencies of scale ``gamma``),
+            ``"cauchy"`` (``prod 1 / (1 + gamma (x_i-y_i)^2)``, Laplace frequencies of
+            scale ``sqrt(gamma)``), ``"skewed_chi2"``, ``"skewed_intersection"`` (see
+            :mod:`kernel_layers.kernels`).
         gamma: kernel parameter ``> 0`` (scikit-learn's convention).
-        trainable: whether ``frequencies`` and ``phases`` receive gradients (``False``
-            gives the untrained random-Fourier-features baseline).
+        kernel_params: further kernel parameters by name (``{"c": ...}`` for the skewed
+            kernels); unknown names raise, listing the valid ones.
+        trainable: whether any parameter receives gradients (``False`` gives the
+            untrained random-Fourier-features baseline).
+        ard: learn per-dimension (or per-block) bandwidths ``sigma`` over a fixed draw.
+        blocks: with ``ard``, one bandwidth per block: block sizes summing to
+            ``in_features`` (``[2, 3]``) or index groups partitioning
+            ``range(in_features)`` (``[[0, 3], [1, 2, 4]]``). ``None``: one per dimension.
+        trainable_frequencies: whether the frequencies train: ``W`` itself without
+            ``ard``, ``base_frequencies`` with it. ``None`` (default) means ``trainable``
+            without ``ard`` and ``False`` with it.
+        features: ``"cos"`` or ``"cossin"``.
         seed: seed of the draw (exclusive with ``generator``).
         generator: a CPU ``torch.Generator`` for the draw.
         device: device of the parameters.
         dtype: dtype of the parameters.
 
     Attributes:
-        frequencies (Parameter[D, J]): ``W``.
-        phases (Parameter[J]): ``b``.
+        frequencies (Parameter[D, J'] | Tensor[D, J']): ``W`` (``J' = J`` for
+            ``"cos"``, ``J / 2`` for ``"cossin"``); with ``ard`` a read-only tensor
+            computed from ``log_bandwidth`` and ``base_frequencies``.
+        phases (Parameter[J] | None): ``b`` (``None`` for ``"cossin"``).
+        log_bandwidth (Parameter[K]): with ``ard``, ``log sigma`` per block (``K`` blocks,
+            ``K = D`` without ``blocks``).
+        base_frequencies (Tensor[D, J']): with ``ard``, ``h(Omega)``.
 
     Shape:
         x (Tensor[..., D]) -> Tensor[..., J].
@@ -91,7 +214,12 @@ class FourierLayer(nn.Module):
         *,
         kernel: str | Kernel = "gaussian",
         gamma: float = 1.0,
+        kernel_params: Mapping[str, float] | None = None,
         trainable: bool = True,
+        ard: bool = False,
+        blocks: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        trainable_frequencies: bool | None = None,
+        features: str = "cos",
         seed: int | None = None,
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
@@ -104,30 +232,137 @@ class FourierLayer(nn.Module):
         self.gamma = check_positive(owner, "gamma", gamma)
         spec = get_kernel(kernel, owner=owner, spectral=True)
         self.kernel = spec.name
-        gen = make_generator(seed, generator, owner=owner)
-        frequencies = sample_frequencies(
-            spec,
-            self.in_features,
-            self.out_features,
-            self.gamma,
-            generator=gen,
-            dtype=dtype,
-            device=device,
-        )
-        phases = torch.rand(self.out_features, generator=gen, dtype=torch.float64) * (2 * math.pi)
-        self.frequencies = nn.Parameter(frequencies, requires_grad=trainable)
-        self.phases = nn.Parameter(phases.to(frequencies), requires_grad=trainable)
+        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
+        self._kernel = spec.bind(self.kernel_params, owner=owner)
+        if features not in FEATURE_MAPS:
+            raise ValueError(
+                f"{owner}: argument 'features' must be one of {list(FEATURE_MAPS)}, "
+                f"got {features!r}"
+            )
+        if features == "cossin" and self.out_features % 2:
+            raise ValueError(
+                f"{owner}: argument 'out_features' must be even for features='cossin' "
+                f"(cos/sin pairs), got {self.out_features}"
+            )
+        self.features = features
+        self.trainable = bool(trainable)
+        self.ard = _check_bool(owner, "ard", ard)
+        if blocks is not None and not ard:
+            raise ValueError(
+                f"{owner}: argument 'blocks' must be None when ard=False (one bandwidth "
+                f"per block needs ard=True), got {blocks!r}"
+            )
+        self.blocks = None if blocks is None else _check_blocks(owner, blocks, self.in_features)
+        if trainable_frequencies is None:
+            trainable_frequencies = self.trainable and not ard
+        _check_bool(owner, "trainable_frequencies", trainable_frequencies)
+        if trainable_frequencies and not self.trainable:
+            raise ValueError(
+                f"{owner}: argument 'trainable_frequencies' must be False or None when "
+                f"trainable=False, got {trainable_frequencies}"
+            )
+        self.trainable_frequencies = trainable_frequencies
 
+        num_frequencies = self.out_features // 2 if features == "cossin" else self.out_features
+        gen = make_generator(seed, generator, owner=owner)
+        dtype = dtype or torch.get_default_dtype()
+        # h(Omega) in float64 on the CPU: the same seed gives the same W on every device
+        # and dtype, and (at initialisation) with or without ard.
+        base = spectral_quantiles(
+            spec, self.in_features, num_frequencies, generator=gen, dtype=torch.float64
+        )
+        scale = spec.scale(self.gamma)  # type: ignore[misc]
+        if ard:
+            num_blocks = self.in_features if self.blocks is None else len(self.blocks)
+            log_bandwidth = torch.full((num_blocks,), math.log(scale), dtype=torch.float64)
+            self.log_bandwidth = nn.Parameter(
+                log_bandwidth.to(dtype=dtype, device=device), requires_grad=self.trainable
+            )
+            base = base.to(dtype=dtype, device=device)
+            if trainable_frequencies:
+                self.base_frequencies = nn.Parameter(base)
+            else:
+                self.register_buffer("base_frequencies", base)
+            index = None
+            if self.blocks is not None:
+                index = torch.empty(self.in_features, dtype=torch.long)
+                for k, group in enumerate(self.blocks):
+                    index[list(group)] = k
+                index = index.to(device)
+            self.register_buffer("block_index", index, persistent=False)
+        else:
+            self.frequencies = nn.Parameter(
+                (scale * base).to(dtype=dtype, device=device), requires_grad=trainable_frequencies
+            )
+        if features == "cos":
+            phases = torch.rand(num_frequencies, generator=gen, dtype=torch.float64) * (2 * math.pi)
+            self.phases = nn.Parameter(
+                phases.to(dtype=dtype, device=device), requires_grad=self.trainable
+            )
+        else:
+            self.register_parameter("phases", None)
+
+    # ------------------------------------------------------------------ frequencies
+    @property
+    def frequencies(self) -> Tensor:  # type: ignore[override]
+        """``W (Tensor[D, J'])``: the parameter, or ``diag(sigma) h(Omega)`` with ``ard``."""
+        params = self._parameters
+        if "frequencies" in params:
+            return params["frequencies"]  # type: ignore[return-value]
+        if "log_bandwidth" in params:
+            return self.input_bandwidth[:, None] * self.base_frequencies
+        raise AttributeError("frequencies")
+
+    @property
+    def bandwidth(self) -> Tensor:
+        """``sigma (Tensor[K])``: one bandwidth per block (``ard`` only)."""
+        return self.log_bandwidth.exp()
+
+    @property
+    def input_bandwidth(self) -> Tensor:
+        """``sigma (Tensor[D])``: each input dimension's bandwidth (``ard`` only)."""
+        sigma = self.bandwidth
+        return sigma if self.block_index is None else sigma[self.block_index]
+
+    @property
+    def kernel_spec(self) -> Kernel:
+        """The kernel with :attr:`kernel_params` bound (``matrix(x, z, gamma)``)."""
+        return self._kernel
+
+    # ---------------------------------------------------------------------- forward
     def forward(self, x: Tensor) -> Tensor:
-        """Map ``x (Tensor[..., D])`` to ``Tensor[..., J]`` features."""
-        check_features(type(self).__name__, "x", x, self.in_features)
-        flat = x.reshape(-1, self.in_features)
-        out = cosine_features(flat, self.frequencies, self.phases)
+        """Map ``x (Tensor[..., D])`` to ``Tensor[..., J]`` features.
+
+        Runs with autocast disabled; float16 / bfloat16 inputs (or parameters) are
+        computed in float32, and the features come out in that dtype.
+        """
+        owner = type(self).__name__
+        check_features(owner, "x", x, self.in_features)
+        with autocast_off(x):  # the phase x W + b never runs in low precision
+            frequencies = self.frequencies
+            flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), frequencies.dtype)
+            flat, frequencies = upcast(flat), upcast(frequencies)
+            transform: Callable[[Tensor], Tensor] | None = self._kernel.transform
+            if transform is not None:
+                self._kernel.validate_input(owner, "x", flat)
+                flat = transform(flat)
+            if self.features == "cos":
+                out = cosine_features(flat, frequencies, upcast(self.phases))
+            else:
+                out = cossin_features(flat, frequencies)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        trainable = self.frequencies.requires_grad
-        return (
+        text = (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"kernel={self.kernel!r}, gamma={self.gamma}, trainable={trainable}"
+            f"kernel={self.kernel!r}, gamma={self.gamma}, trainable={self.trainable}"
         )
+        if self.kernel_params:
+            text += f", kernel_params={self.kernel_params}"
+        if self.ard:
+            text += f", ard=True, trainable_frequencies={self.trainable_frequencies}"
+            if self.blocks is not None:
+                text += f", blocks={[list(b) for b in self.blocks]}"
+        if self.features != "cos":
+            text += f", features={self.features!r}"
+        return text

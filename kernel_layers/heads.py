@@ -94,9 +94,17 @@ class RidgeHead(nn.Module):
         """The statistics accumulated since the last :meth:`reset` (``None`` if none)."""
         return self._stats
 
-    def set_statistics(self, stats: DIStatistics) -> None:
-        """Replace the accumulated statistics (e.g. by their sum over processes)."""
+    def set_statistics(self, stats: DIStatistics | None) -> None:
+        """Replace the accumulated statistics (e.g. by their merge over processes)."""
         self._stats = stats
+
+    def get_extra_state(self) -> dict[str, Tensor]:
+        """The running statistics, saved in ``state_dict`` so a resumed run continues exactly."""
+        return {} if self._stats is None else dict(self._stats._asdict())
+
+    def set_extra_state(self, state: dict[str, Tensor]) -> None:
+        """Restore the running statistics saved by :meth:`get_extra_state`."""
+        self._stats = DIStatistics(**state) if state else None
 
     @torch.no_grad()
     def fit(self) -> None:

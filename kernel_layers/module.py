@@ -16,8 +16,10 @@ from kernel_layers.heads import DEFAULT_HEAD_RHO, RidgeHead
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DEFAULT_RHO,
+    DIStatistics,
     discriminant_information,
     least_squares_loss,
+    merge_statistics,
     nystrom_discriminant_information,
 )
 
@@ -39,9 +41,10 @@ class KernelClassifier(LightningModule):
       closed-form ridge classifier (:class:`~kernel_layers.heads.RidgeHead`) fitted
       exactly in one streamed pass over the training data whenever validation runs, at
       the end of fit, and before testing or predicting if it was never fitted.
-    * ``"ls"``: the least-squares baseline: a ridge read-out trained jointly,
-      alternating a closed-form ridge solve (on the statistics of the previous epoch's
-      features) with gradient steps on the kernel parameters against the ridge loss.
+    * ``"ls"``: the least-squares baseline: a ridge read-out (0/1 one-hot targets)
+      trained jointly, alternating a closed-form ridge solve (on the statistics of the
+      previous epoch's features, merged over processes) with gradient steps on the
+      kernel parameters against the ridge loss; that read-out is also the one evaluated.
     * ``"ce"``: a linear softmax read-out trained jointly with cross-entropy.
 
     A backbone (any module mapping inputs to ``[B, in_features]``) is trained end to end
@@ -97,8 +100,17 @@ class KernelClassifier(LightningModule):
         check_int(owner, "num_classes", num_classes, minimum=2)
         check_positive(owner, "rho", rho)
         check_positive(owner, "lr", lr)
+        check_positive(owner, "head_rho", head_rho)
         if backbone_lr is not None:
             check_positive(owner, "backbone_lr", backbone_lr)
+        if backbone is not None and not isinstance(backbone, nn.Module):
+            raise TypeError(
+                f"{owner}: argument 'backbone' must be an nn.Module or None, "
+                f"got {type(backbone).__name__}"
+            )
+        for name, flag in (("init_landmarks", init_landmarks), ("return_scores", return_scores)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{owner}: argument '{name}' must be a bool, got {flag!r}")
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self.kernel_layer = kernel_layer
         self.backbone = backbone
@@ -134,82 +146,127 @@ class KernelClassifier(LightningModule):
                 f"{2 * self.num_features} (the paper uses max(1000, 2J)) with drop_last=True"
             )
 
+    @property
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
     def _di(self, h: Tensor, y: Tensor) -> Tensor:
+        """DI of the global batch (all processes' rows under DDP)."""
         layer, hp = self.kernel_layer, self.hparams
+        sync = self._world_size > 1
         if isinstance(layer, NystromLayer):
             return nystrom_discriminant_information(
                 h,
                 y,
                 layer.landmarks,
-                kernel=layer.kernel,
+                kernel=layer.kernel_spec,
                 gamma=layer.gamma,
                 rho=hp.rho,
                 jitter=layer.jitter,
                 num_classes=hp.num_classes,
+                sync_dist=sync,
             )
-        return discriminant_information(layer(h), y, rho=hp.rho, num_classes=hp.num_classes)
+        return discriminant_information(
+            layer(h), y, rho=hp.rho, num_classes=hp.num_classes, sync_dist=sync
+        )
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         x, y = batch[0], batch[1]
         h = self.embed(x)
         objective = self.hparams.objective
         if objective == "di":
-            self._check_batch(h.shape[0])
+            self._check_batch(h.shape[0] * self._world_size)
             di = self._di(h, y)
-            loss = -di
+            shown = -di
+            # DDP averages gradients over processes, but each process holds only its
+            # rows' share of dDI: scale so the average is the single-process gradient.
+            loss = -di * self._world_size
             self.log("train/di", di, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
         else:
             features = self.kernel_layer(h)
+            y = y.long()
             if objective == "ls":
                 self.head.update(features.detach(), y)
                 onehot = nn.functional.one_hot(y, self.hparams.num_classes).to(features.dtype)
-                weight, bias = (
-                    self.head.weight.to(features.dtype),
-                    self.head.bias.to(features.dtype),
-                )
+                weight = self.head.weight.to(features.dtype)
+                bias = self.head.bias.to(features.dtype)
                 loss = least_squares_loss(features, onehot, weight, bias, rho=self.hparams.rho)
                 loss = loss / len(y)
             else:
                 loss = nn.functional.cross_entropy(self.readout(features), y)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y))
+            shown = loss
+        self.log("train/loss", shown, on_step=True, on_epoch=True, batch_size=len(y))
         groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
         if groups:
             self.log("lr", groups[0]["lr"], on_step=False, on_epoch=True, batch_size=len(y))
         if not bool(torch.isfinite(loss)):
-            rank_zero_warn(
+            reason = (
                 f"{type(self).__name__}: non-finite training objective ({loss.item()}) at "
-                f"epoch {self.current_epoch}, batch {batch_idx}; stopping"
+                f"epoch {self.current_epoch}, batch {batch_idx}"
             )
+            if self._world_size > 1:  # skipping on one process would hang the others
+                raise FloatingPointError(reason)
+            rank_zero_warn(reason + "; stopping")
             self.trainer.should_stop = True
             return None
         return loss if loss.requires_grad else None
 
     # ------------------------------------------------------------------ read-out fits
     def _train_eval_batches(self) -> Iterable[Any]:
+        """Every training row once: the data module's ``train_eval_dataloader`` if it has
+        one, else the training loader of the running fit."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and hasattr(datamodule, "train_eval_dataloader"):
             return datamodule.train_eval_dataloader()
-        return self.trainer.fit_loop._data_source.dataloader()  # user-passed train loader
+        if self.trainer.train_dataloader is not None:
+            return self.trainer.train_dataloader
+        raise RuntimeError(
+            f"{type(self).__name__}: fitting the ridge read-out needs the training data; "
+            "pass a data module with train_eval_dataloader() (every kernel_layers.data "
+            "module has one) or call refit_head(loader) first"
+        )
+
+    def _eval_modes(self) -> dict[nn.Module, bool]:
+        """Put every submodule in eval mode; return the modes to restore."""
+        modes = {m: m.training for m in self.modules()}
+        self.eval()
+        return modes
+
+    @staticmethod
+    def _restore_modes(modes: dict[nn.Module, bool]) -> None:
+        for module, training in modes.items():
+            module.training = training
 
     @torch.no_grad()
     def refit_head(self, batches: Iterable[Any] | None = None) -> None:
-        """Fit the ridge read-out exactly, in one pass over ``batches`` (default: train)."""
-        was_training = self.training
-        self.eval()
-        self.head.reset()
-        for batch in self._train_eval_batches() if batches is None else batches:
-            x, y = batch[0].to(self.device), batch[1].to(self.device)
-            self.head.update(self(x), y)
-        self.head.fit()
-        self.train(was_training)
+        """Fit the ridge read-out exactly, in one pass over ``batches`` (default: train).
+
+        Args:
+            batches: an iterable of ``(x, y, ...)`` batches, e.g. a ``DataLoader`` over
+                the training set.
+        """
+        modes = self._eval_modes()
+        try:
+            self.head.reset()
+            for batch in self._train_eval_batches() if batches is None else batches:
+                x, y = batch[0].to(self.device), batch[1].to(self.device)
+                self.head.update(self(x), y.long())
+            self.head.fit()
+        finally:
+            self._restore_modes(modes)
 
     @torch.no_grad()
     def _init_landmarks(self) -> None:
-        """Landmarks := the first rows of the (shuffled) training batches, embedded."""
+        """Landmarks := the first rows of the (shuffled) training batches, embedded.
+
+        Skipped unless ``init_landmarks``, for layers other than ``NystromLayer``, for
+        landmarks the user gave (``landmarks=`` or ``from_data``), and once done.
+        """
         hp, layer = self.hparams, self.kernel_layer
         if (
             not hp.init_landmarks
             or not isinstance(layer, NystromLayer)
+            or getattr(layer, "landmarks_given", False)
             or bool(self.landmarks_initialised)
         ):
             return
@@ -221,10 +278,14 @@ class KernelClassifier(LightningModule):
             loader = datamodule.train_dataloader()
         needed = layer.out_features
         rows: list[Tensor] = []
-        for batch in loader:
-            rows.append(self.embed(batch[0].to(self.device)))
-            if sum(len(r) for r in rows) >= needed:
-                break
+        modes = self._eval_modes()  # no batch-norm updates, no dropout on landmarks
+        try:
+            for batch in loader:
+                rows.append(self.embed(batch[0].to(self.device)))
+                if sum(len(r) for r in rows) >= needed:
+                    break
+        finally:
+            self._restore_modes(modes)
         data = torch.cat(rows)
         if len(data) < needed:
             raise ValueError(
@@ -232,25 +293,45 @@ class KernelClassifier(LightningModule):
                 f"the training data has {len(data)}"
             )
         layer.landmarks.copy_(data[:needed].to(layer.landmarks))
+        if self._world_size > 1:  # every process starts from rank 0's landmarks
+            torch.distributed.broadcast(layer.landmarks.data, src=0)
         self.landmarks_initialised.fill_(True)
 
     def on_train_start(self) -> None:
         self._init_landmarks()
         if self.hparams.objective == "ls" and not bool(self.head.fitted):
-            self.refit_head()
-        self.head.reset()
+            self.refit_head()  # the LS read-out's first closed-form fit
+            self.head.reset()
+
+    def _gather_head_statistics(self) -> None:
+        """Merge the ridge head's statistics over processes (DDP), exactly."""
+        stats = self.head.statistics
+        if self._world_size == 1 or stats is None:
+            return
+        gathered = [self.all_gather(field) for field in stats]  # each [W, ...]
+        merged = None
+        for rank in range(self._world_size):
+            part = DIStatistics(*(field[rank] for field in gathered))
+            merged = part if merged is None else merge_statistics(merged, part)
+        self.head.set_statistics(merged)
 
     def on_train_epoch_end(self) -> None:
         if self.hparams.objective == "ls" and self.head.statistics is not None:
+            self._gather_head_statistics()
             self.head.fit()  # the alternating closed-form step of the LS baseline
             self.head.reset()
 
+    @property
+    def _refits_head(self) -> bool:
+        """Whether the read-out is refitted by a pass over the data (DI objective)."""
+        return self.hparams.objective == "di"
+
     def on_validation_epoch_start(self) -> None:
-        if self.readout is None and not self.trainer.sanity_checking:
+        if self._refits_head and not self.trainer.sanity_checking:
             self.refit_head()
 
     def on_fit_end(self) -> None:
-        if self.readout is None:
+        if self._refits_head:
             self.refit_head()
 
     def _ensure_head(self) -> None:

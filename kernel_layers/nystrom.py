@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import SOLVE_DTYPE, robust_cholesky
+from kernel_layers._linalg import SOLVE_DTYPE, autocast_off, robust_cholesky, upcast
 from kernel_layers._random import make_generator
-from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
+from kernel_layers._validation import (
+    check_dtype,
+    check_features,
+    check_int,
+    check_matrix,
+    check_positive,
+)
 from kernel_layers.kernels import Kernel, get_kernel
+from kernel_layers.landmarks import (
+    DEFAULT_ETA,
+    greedy_landmarks,
+    kmeans,
+    kmeans_plus_plus,
+    random_landmarks,
+)
 
-__all__ = ["NystromLayer", "default_jitter", "landmark_gram"]
+__all__ = ["NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
 
 #: Relative diagonal jitter of ``K_Z`` by dtype of the landmarks: about the size below
 #: which float32 round-off in ``k(Z, Z)`` makes eigenvalues meaningless.
 JITTER = {torch.float16: 1e-3, torch.bfloat16: 1e-3, torch.float32: 1e-6, torch.float64: 1e-10}
 #: Landmark initialisations understood by :meth:`NystromLayer.from_data`.
-INITS = ("random",)
+INITS = ("random", "kmeans", "kmeans++", "greedy")
+#: Rank-k truncation treats eigenvalues of ``K_Z`` at most ``n * EIGEN_RTOL * max`` as
+#: zero (NumPy's ``matrix_rank`` tolerance): their columns of the map are 0.
+EIGEN_RTOL = torch.finfo(torch.float64).eps
 
 
 def default_jitter(dtype: torch.dtype) -> float:
@@ -42,6 +60,32 @@ def landmark_gram(landmarks: Tensor, kernel: Kernel, gamma: float, jitter: float
     return k_z + shift * torch.eye(k_z.shape[0], dtype=k_z.dtype, device=k_z.device)
 
 
+def rank_k_map(k_z: Tensor, rank: int) -> Tensor:
+    """The rank-k Nystrom map ``U_k S_k^-1/2`` from the top-k eigenpairs of ``K_Z``.
+
+    With ``K_Z = U S U^T`` (eigenvalues descending), features ``G U_k S_k^-1/2`` satisfy
+    ``phi(x)^T phi(y) = k(x, Z) K_Z[k]^+ k(Z, y)``, ``K_Z[k]^+ = U_k S_k^-1 U_k^T`` the
+    pseudo-inverse of the best rank-k approximation of ``K_Z``; ``rank = n`` gives the
+    full map up to an orthogonal rotation. Eigenvalues at most
+    ``n * EIGEN_RTOL * max(S)`` count as zero (their columns are 0). The
+    eigen-decomposition's backward divides by eigenvalue gaps: gradients flow but are
+    unstable for (near-)degenerate spectra, so use truncation for inference or when asked.
+
+    Args:
+        k_z (Tensor[n, n]): symmetric (jittered) landmark kernel matrix.
+        rank: ``k``, ``1 <= k <= n``.
+
+    Returns:
+        Tensor[n, k]: ``U_k S_k^-1/2`` in ``k_z``'s dtype, columns by decreasing eigenvalue.
+    """
+    values, vectors = torch.linalg.eigh(k_z)
+    values, vectors = values.flip(-1)[:rank], vectors.flip(-1)[:, :rank]
+    floor = k_z.shape[-1] * EIGEN_RTOL * values[0].detach().clamp_min(0.0)
+    keep = values > floor
+    safe = torch.where(keep, values, torch.ones_like(values))  # no inf in the backward
+    return vectors * torch.where(keep, safe.rsqrt(), torch.zeros_like(values))
+
+
 class NystromLayer(nn.Module):
     r"""Nystrom features ``phi(x) = k(x, Z) R^-T`` with learnable landmarks ``Z``.
 
@@ -59,13 +103,27 @@ class NystromLayer(nn.Module):
     Args:
         in_features: input dimension ``D``.
         out_features: number of landmarks and features ``n``.
-        kernel: a registered kernel name (``"gaussian"``, ``"laplacian"``, ...).
+        kernel: a registered kernel name (``"gaussian"``, ``"laplacian"``, ``"cauchy"``,
+            ``"skewed_chi2"``, ``"skewed_intersection"``, ``"polynomial"``,
+            ``"linear"``, ``"chi2"``; see :mod:`kernel_layers.kernels`), a
+            :class:`~kernel_layers.kernels.Kernel`, or a callable
+            ``k(X (Tensor[B, D]), Z (Tensor[n, D])) -> Tensor[B, n]`` (``gamma`` is then
+            unused; a layer holding a lambda cannot be pickled, a module-level function
+            can).
         gamma: kernel parameter ``> 0`` (scikit-learn's convention).
+        kernel_params: further kernel parameters by name (``{"c": ...}`` for the skewed
+            kernels, ``{"degree": ..., "coef0": ...}`` for ``"polynomial"``); unknown
+            names raise, listing the valid ones.
         landmarks (Tensor[n, D] | None): initial landmarks; ``None`` draws them
             uniformly in ``[0, 1)^D`` (the protocol scales features to ``[0, 1]``); use
             :meth:`from_data` to pick them from data.
         trainable: whether the landmarks receive gradients (``False`` gives the
             standard Nystrom baseline).
+        rank: ``None`` for the full map, or ``k <= n``: map through the top-k
+            eigenpairs of ``K_Z`` (:func:`rank_k_map`, the ``K_Z[k]^+`` of the Nystrom
+            subspace methods), giving ``k`` features; meant for inference (the
+            eigen-decomposition's backward is unstable for near-degenerate spectra).
+            Settable after construction (``layer.rank = k``).
         jitter: relative diagonal jitter of ``K_Z`` (default: ``1e-6`` for float32,
             ``1e-10`` for float64 landmarks).
         seed: seed of the random landmarks (exclusive with ``generator``).
@@ -77,7 +135,7 @@ class NystromLayer(nn.Module):
         landmarks (Parameter[n, D]): ``Z``.
 
     Shape:
-        x (Tensor[..., D]) -> Tensor[..., n].
+        x (Tensor[..., D]) -> Tensor[..., n] (``Tensor[..., rank]`` with truncation).
     """
 
     def __init__(
@@ -85,10 +143,12 @@ class NystromLayer(nn.Module):
         in_features: int,
         out_features: int,
         *,
-        kernel: str | Kernel = "gaussian",
+        kernel: str | Kernel | Callable[[Tensor, Tensor], Tensor] = "gaussian",
         gamma: float = 1.0,
+        kernel_params: Mapping[str, float] | None = None,
         landmarks: Tensor | None = None,
         trainable: bool = True,
+        rank: int | None = None,
         jitter: float | None = None,
         seed: int | None = None,
         generator: torch.Generator | None = None,
@@ -100,7 +160,10 @@ class NystromLayer(nn.Module):
         self.in_features = check_int(owner, "in_features", in_features)
         self.out_features = check_int(owner, "out_features", out_features)
         self.gamma = check_positive(owner, "gamma", gamma)
-        self.kernel = get_kernel(kernel, owner=owner).name
+        spec = get_kernel(kernel, owner=owner)
+        self.kernel = spec.name
+        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
+        self._kernel = spec.bind(self.kernel_params, owner=owner)
         self._jitter = None if jitter is None else check_positive(owner, "jitter", jitter)
         if landmarks is None:
             gen = make_generator(seed, generator, owner=owner)
@@ -115,6 +178,10 @@ class NystromLayer(nn.Module):
                 )
             z = landmarks.detach().clone().to(dtype=dtype or landmarks.dtype, device=device)
         self.landmarks = nn.Parameter(z, requires_grad=trainable)
+        #: Whether the landmarks were given (``landmarks=`` or :meth:`from_data`) rather
+        #: than drawn uniformly; ``KernelClassifier(init_landmarks=True)`` keeps given ones.
+        self.landmarks_given = landmarks is not None
+        self.rank = rank
 
     @classmethod
     def from_data(
@@ -125,21 +192,41 @@ class NystromLayer(nn.Module):
         init: str = "random",
         seed: int | None = None,
         generator: torch.Generator | None = None,
+        eta: float | None = None,
         **kwargs: object,
     ) -> NystromLayer:
         """Build a layer whose landmarks are selected from data.
 
+        The selection runs on ``x``'s device (see :mod:`kernel_layers.landmarks`, whose
+        functions also work on their own, e.g. to pass ``landmarks=`` yourself with
+        non-default k-means settings).
+
         Args:
             x (Tensor[N, D]): data to select from (``N >= out_features``).
-            out_features: number of landmarks ``n``.
-            init: ``"random"``: a uniformly random subset of ``n`` distinct rows.
+            out_features: number of landmarks ``n``; for ``"greedy"``, the most landmarks.
+            init: ``"random"``: a uniformly random subset of ``n`` distinct rows;
+                ``"kmeans"``: the centres of k-means (Lloyd from k-means++ seeds, not data
+                rows); ``"kmeans++"``: ``n`` distinct rows by k-means++ ``D^2`` sampling;
+                ``"greedy"``: the innovation rule of
+                :func:`~kernel_layers.landmarks.greedy_landmarks` over the rows in a
+                random order (drawn from ``seed``), with the layer's kernel: a row is
+                accepted when ``k(x, x) - k_x^T K_Z^-1 k_x > eta``, until ``n`` are
+                accepted. The layer may then have fewer landmarks: its
+                ``out_features`` is the number accepted.
             seed: seed of the selection (exclusive with ``generator``).
             generator: a CPU ``torch.Generator``.
+            eta: innovation threshold ``> 0`` of ``"greedy"`` (default
+                :data:`~kernel_layers.landmarks.DEFAULT_ETA`); only valid with it.
             **kwargs: further arguments of :class:`NystromLayer` (``kernel``, ``gamma``,
-                ``trainable``, ...).
+                ``kernel_params``, ``trainable``, ``rank``, ...).
 
         Returns:
             NystromLayer: with ``in_features = D`` and the selected landmarks.
+
+        Raises:
+            ValueError: unknown ``init`` (the message lists the valid ones),
+                ``out_features > N``, ``eta`` without ``init="greedy"``, or no row
+                accepted by the greedy rule.
         """
         owner = f"{cls.__name__}.from_data"
         check_matrix(owner, "x", x)
@@ -151,14 +238,56 @@ class NystromLayer(nn.Module):
                 f"{owner}: argument 'out_features' must be <= the number of rows of x "
                 f"({x.shape[0]}), got {out_features}"
             )
+        if eta is not None and init != "greedy":
+            raise ValueError(
+                f"{owner}: argument 'eta' must be None unless init='greedy', "
+                f"got eta={eta!r} with init={init!r}"
+            )
         gen = make_generator(seed, generator, owner=owner)
-        index = torch.randperm(x.shape[0], generator=gen)[:out_features].to(x.device)
-        return cls(x.shape[1], out_features, landmarks=x[index], **kwargs)  # type: ignore[arg-type]
+        if init == "random":
+            landmarks = x[random_landmarks(x, out_features, generator=gen)]
+        elif init == "kmeans":
+            landmarks, _ = kmeans(x, out_features, generator=gen)
+        elif init == "kmeans++":
+            landmarks = x[kmeans_plus_plus(x, out_features, generator=gen)]
+        else:
+            eta = DEFAULT_ETA if eta is None else check_positive(owner, "eta", eta)
+            spec = get_kernel(kwargs.get("kernel", "gaussian"), owner=owner)  # type: ignore[arg-type]
+            spec = spec.bind(kwargs.get("kernel_params"), owner=owner)  # type: ignore[arg-type]
+            gamma = check_positive(owner, "gamma", kwargs.get("gamma", 1.0))
+            order = torch.randperm(x.shape[0], generator=gen).to(x.device)
+            landmarks = greedy_landmarks(
+                x[order], kernel=spec, gamma=gamma, eta=eta, max_landmarks=out_features
+            )
+            if landmarks.shape[0] == 0:
+                raise ValueError(
+                    f"{owner}: argument 'eta' must be below the largest k(x, x) so that the "
+                    f"greedy rule accepts a landmark, got {eta}"
+                )
+            out_features = landmarks.shape[0]
+        return cls(x.shape[1], out_features, landmarks=landmarks, **kwargs)  # type: ignore[arg-type]
 
     @property
     def jitter(self) -> float:
         """Relative diagonal jitter of ``K_Z``."""
         return self._jitter if self._jitter is not None else default_jitter(self.landmarks.dtype)
+
+    @property
+    def rank(self) -> int | None:
+        """Rank-k truncation (``None``: the full map of all ``out_features`` landmarks)."""
+        return self._rank
+
+    @rank.setter
+    def rank(self, rank: int | None) -> None:
+        owner = type(self).__name__
+        if rank is not None:
+            rank = check_int(owner, "rank", rank)
+            if rank > self.out_features:
+                raise ValueError(
+                    f"{owner}: argument 'rank' must be None or <= out_features="
+                    f"{self.out_features}, got {rank}"
+                )
+        self._rank = rank
 
     def kernel_matrices(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Cross and landmark kernel matrices.
@@ -170,23 +299,48 @@ class NystromLayer(nn.Module):
             tuple[Tensor[B, n], Tensor[n, n]]: ``G = k(x, Z)`` in ``x``'s dtype and the
             jittered ``K_Z`` in float64.
         """
-        spec = get_kernel(self.kernel)
-        g = spec.matrix(x, self.landmarks, self.gamma)
-        return g, landmark_gram(self.landmarks, spec, self.gamma, self.jitter)
+        spec = self.kernel_spec
+        spec.validate_input(type(self).__name__, "x", x)
+        landmarks = upcast(self.landmarks)
+        g = spec.matrix(x, landmarks, self.gamma)
+        return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
+
+    @property
+    def kernel_spec(self) -> Kernel:
+        """The kernel with :attr:`kernel_params` bound: ``matrix(x, z, gamma)``.
+
+        Pass it as ``kernel=`` to
+        :func:`~kernel_layers.nystrom_discriminant_information` (with ``gamma``) to keep
+        the parameters and user callables.
+        """
+        return self._kernel
 
     def forward(self, x: Tensor) -> Tensor:
-        """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features."""
+        """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features.
+
+        Runs with autocast disabled; float16 / bfloat16 inputs (or landmarks) are
+        computed in float32, and the features come out in that dtype.
+        """
         owner = type(self).__name__
         check_features(owner, "x", x, self.in_features)
-        flat = x.reshape(-1, self.in_features)
-        g, k_z = self.kernel_matrices(flat)
-        factor = robust_cholesky(k_z, owner=owner).to(g.dtype)
-        features = torch.linalg.solve_triangular(factor.mT, g, upper=True, left=False)
-        return features.reshape(*x.shape[:-1], self.out_features)
+        with autocast_off(x):  # distances and solves never run in low precision
+            flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)
+            g, k_z = self.kernel_matrices(upcast(flat))
+            if self.rank is not None:
+                features = g @ rank_k_map(k_z, self.rank).to(g.dtype)
+            else:
+                factor = robust_cholesky(k_z, owner=owner).to(g.dtype)
+                features = torch.linalg.solve_triangular(factor.mT, g, upper=True, left=False)
+        return features.reshape(*x.shape[:-1], features.shape[-1])
 
     def extra_repr(self) -> str:
-        return (
+        text = (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"kernel={self.kernel!r}, gamma={self.gamma}, "
             f"trainable={self.landmarks.requires_grad}"
         )
+        if self.kernel_params:
+            text += f", kernel_params={self.kernel_params}"
+        if self.rank is not None:
+            text += f", rank={self.rank}"
+        return text

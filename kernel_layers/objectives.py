@@ -30,10 +30,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
-from kernel_layers._linalg import SOLVE_DTYPE, robust_cholesky
-from kernel_layers._validation import check_finite, check_int, check_matrix, check_positive
+from kernel_layers._linalg import SOLVE_DTYPE, autocast_off, robust_cholesky, upcast
+from kernel_layers._validation import (
+    check_dtype,
+    check_finite,
+    check_int,
+    check_matrix,
+    check_positive,
+)
 from kernel_layers.kernels import Kernel, get_kernel
 from kernel_layers.nystrom import default_jitter, landmark_gram
 
@@ -183,7 +190,8 @@ def merge_statistics(a: DIStatistics, b: DIStatistics) -> DIStatistics:
 
 def _unit_column_scale(norm_sq: Tensor) -> Tensor:
     """``1 / sqrt(norm_sq)`` for present columns, 0 for empty ones."""
-    return torch.where(norm_sq > 0, norm_sq.clamp_min(1e-300).rsqrt(), torch.zeros_like(norm_sq))
+    safe = torch.where(norm_sq > 0, norm_sq, torch.ones_like(norm_sq))
+    return torch.where(norm_sq > 0, safe.rsqrt(), torch.zeros_like(norm_sq))
 
 
 def _solve_primal(
@@ -205,8 +213,37 @@ def _solve_primal(
     return (w * w).sum(), a
 
 
+class _Sync:
+    """Sum-reduction of DI's statistics across the processes of a ``torch.distributed`` group."""
+
+    def __init__(self, group: object | None) -> None:
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+
+    def all_reduce(self, tensor: Tensor) -> Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
+        return tensor
+
+    @staticmethod
+    def create(enabled: bool, group: object | None) -> _Sync | None:
+        """A reducer when ``enabled`` and a process group of size > 1 exists, else ``None``."""
+        if not enabled or not dist.is_available() or not dist.is_initialized():
+            return None
+        return _Sync(group) if dist.get_world_size(group) > 1 else None
+
+
 class _DIFunction(torch.autograd.Function):
-    """DI with the closed-form backward ``dDI/dPhi = 2 (Y_c - Phi_c A) A^T``."""
+    """DI with the closed-form backward ``dDI/dPhi = 2 (Y_c - Phi_c A) A^T``.
+
+    With a ``sync`` reducer the batch is the union of every process's rows: the sums
+    ``n, sum phi, sum y, sum y^2`` are all-reduced first (so every process centres with
+    the global means and scales label columns by the global class counts), then the
+    centred ``Phi_c^T Phi_c`` and ``Phi_c^T Y_c``. Every process then holds the global
+    ``A``, and its rows of the gradient are ``2 (Y_c - Phi_c A) A^T`` on its own rows:
+    exactly the matching rows of the single-process gradient. The gradient of a shared
+    ridge matrix is divided by the world size, since every process computes it in full
+    and data-parallel training sums (after scaling) the processes' contributions.
+    """
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -218,12 +255,40 @@ class _DIFunction(torch.autograd.Function):
         scale_columns: bool,
         dual: bool,
         owner: str,
+        sync: _Sync | None = None,
+    ) -> Tensor:
+        with autocast_off(features):
+            return _DIFunction._forward(
+                ctx, upcast(features), targets, ridge, rho, scale_columns, dual, owner, sync
+            )
+
+    @staticmethod
+    def _forward(
+        ctx,
+        features: Tensor,
+        targets: Tensor,
+        ridge: Tensor | None,
+        rho: float,
+        scale_columns: bool,
+        dual: bool,
+        owner: str,
+        sync: _Sync | None,
     ) -> Tensor:
         targets = targets.to(features.dtype)
+        width, outputs = features.shape[1], targets.shape[1]
+        count = torch.full(
+            (1,), float(features.shape[0]), dtype=features.dtype, device=features.device
+        )
+        sums = torch.cat([count, features.sum(0), targets.sum(0), (targets * targets).sum(0)])
+        if sync is not None:
+            sync.all_reduce(sums)
+        n = sums[0]
+        mean, target_mean = sums[1 : 1 + width] / n, sums[1 + width : 1 + width + outputs] / n
         if scale_columns:
-            targets = targets * _unit_column_scale((targets * targets).sum(0))
-        phi_c = features - features.mean(0)
-        y_c = targets - targets.mean(0)
+            scale = _unit_column_scale(sums[1 + width + outputs :])
+            targets, target_mean = targets * scale, target_mean * scale
+        phi_c = features - mean
+        y_c = targets - target_mean
         if dual:
             gram = (phi_c @ phi_c.mT).to(SOLVE_DTYPE, copy=True)
             gram.diagonal().add_(rho)
@@ -234,27 +299,49 @@ class _DIFunction(torch.autograd.Function):
             a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
             residual = (rho * q).to(features.dtype)
         else:
-            scalar_ridge = torch.tensor(rho, dtype=SOLVE_DTYPE)
-            di, a64 = _solve_primal(
-                phi_c.mT @ phi_c, phi_c.mT @ y_c, scalar_ridge if ridge is None else ridge, owner
-            )
+            scatter, cross = phi_c.mT @ phi_c, phi_c.mT @ y_c
+            if sync is not None:
+                packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
+                scatter, cross = packed[:, :width], packed[:, width:]
+            scalar_ridge = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
+            di, a64 = _solve_primal(scatter, cross, scalar_ridge if ridge is None else ridge, owner)
             a = a64.to(features.dtype)
             residual = y_c - phi_c @ a
         ctx.save_for_backward(residual, a, y_c)
         ctx.has_ridge = ridge is not None and not dual
+        ctx.world_size = 1 if sync is None else sync.world_size
         return di.to(features.dtype)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "discriminant_information: double backward (create_graph=True) is not "
+                "supported: the closed-form backward is once differentiable"
+            )
+        return _DIFunction._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad: Tensor):  # type: ignore[no-untyped-def]
         residual, a, y_c = ctx.saved_tensors
+        grad = grad.to(a.dtype)
         grad_features = grad_targets = grad_ridge = None
         if ctx.needs_input_grad[0]:
             grad_features = (residual * (2.0 * grad)) @ a.mT
         if ctx.needs_input_grad[1]:
             grad_targets = (2.0 * grad) * (y_c - residual)
         if ctx.needs_input_grad[2] and ctx.has_ridge:
-            grad_ridge = (-grad) * (a @ a.mT)
-        return grad_features, grad_targets, grad_ridge, None, None, None, None
+            grad_ridge = (-grad / ctx.world_size) * (a @ a.mT)
+        return grad_features, grad_targets, grad_ridge, None, None, None, None, None
+
+
+def _global_num_classes(targets: Tensor, num_classes: int | None, sync: _Sync | None) -> int | None:
+    """``num_classes`` agreed across processes for integer labels (max label + 1)."""
+    if sync is None or num_classes is not None or targets.is_floating_point():
+        return num_classes
+    top = targets.max().reshape(1).to(torch.float64)
+    dist.all_reduce(top, op=dist.ReduceOp.MAX, group=sync.group)
+    return int(top.item()) + 1
 
 
 def _check_rho(owner: str, rho: float) -> float:
@@ -268,6 +355,8 @@ def discriminant_information(
     rho: float = DEFAULT_RHO,
     num_classes: int | None = None,
     form: str = "auto",
+    sync_dist: bool = False,
+    process_group: object | None = None,
 ) -> Tensor:
     """Discriminant Information of a batch of features about its targets.
 
@@ -287,6 +376,15 @@ def discriminant_information(
             ``"auto"`` (dual when ``B < J``). Both give the same value; note that with
             ``B <= J`` the centred features span the batch and DI tends to its maximum
             as ``rho -> 0``, which is why the paper keeps batches larger than ``J``.
+        sync_dist: under ``torch.distributed`` (world size > 1), compute the exact DI of
+            the union of every process's batch by all-reducing the sufficient
+            statistics; the gradient with respect to the local features equals the
+            matching rows of the single-process gradient. Uses the primal form. A no-op
+            without an initialised process group. Under DDP, which averages gradients
+            over processes, multiply the loss by the world size (``KernelClassifier``
+            does) to get the single-process update. Every process must call it (a
+            validation error raised on one process alone leaves the others waiting).
+        process_group: the group to reduce over (default: the world).
 
     Returns:
         Tensor[]: DI, in the features' dtype.
@@ -301,9 +399,16 @@ def discriminant_information(
     batch, width = features.shape
     if batch < 2:
         raise ValueError(f"{owner}: argument 'features' must have at least 2 rows, got {batch}")
+    sync = _Sync.create(sync_dist, process_group)
+    if sync is not None and form == "dual":
+        raise ValueError(
+            f"{owner}: argument 'form' must be 'primal' or 'auto' with sync_dist=True "
+            "(the dual form needs every row on one process), got 'dual'"
+        )
+    num_classes = _global_num_classes(targets, num_classes, sync)
     y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
-    dual = form == "dual" or (form == "auto" and batch < width)
-    return _DIFunction.apply(features, y, None, rho, scale_columns, dual, owner)
+    dual = sync is None and (form == "dual" or (form == "auto" and batch < width))
+    return _DIFunction.apply(features, y, None, rho, scale_columns, dual, owner, sync)
 
 
 def nystrom_discriminant_information(
@@ -316,6 +421,8 @@ def nystrom_discriminant_information(
     rho: float = DEFAULT_RHO,
     jitter: float | None = None,
     num_classes: int | None = None,
+    sync_dist: bool = False,
+    process_group: object | None = None,
 ) -> Tensor:
     """NysDI, eq. (10) of the DI paper, straight from inputs and landmarks.
 
@@ -341,6 +448,10 @@ def nystrom_discriminant_information(
         jitter: relative diagonal jitter of ``K_Z`` (default: the Nystrom layer's
             default for the dtype).
         num_classes: number of classes for integer labels.
+        sync_dist: exact NysDI of the union of every process's batch (see
+            :func:`discriminant_information`); the landmarks must be the same on every
+            process.
+        process_group: the group to reduce over (default: the world).
 
     Returns:
         Tensor[]: NysDI, in ``x``'s dtype.
@@ -359,11 +470,16 @@ def nystrom_discriminant_information(
     batch = x.shape[0]
     if batch < 2:
         raise ValueError(f"{owner}: argument 'x' must have at least 2 rows, got {batch}")
+    sync = _Sync.create(sync_dist, process_group)
+    num_classes = _global_num_classes(targets, num_classes, sync)
     y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
-    g = spec.matrix(x, landmarks, gamma)
-    k_z = landmark_gram(landmarks, spec, gamma, jitter)
+    x = check_dtype(owner, "x", x, landmarks.dtype)
+    with autocast_off(x):  # kernel distances never run in low precision
+        x, landmarks = upcast(x), upcast(landmarks)
+        g = spec.matrix(x, landmarks, gamma)
+        k_z = landmark_gram(landmarks, spec, gamma, jitter)
     # G^T C G + rho K_Z inherits K_Z's conditioning: form it in SOLVE_DTYPE.
-    di = _DIFunction.apply(g.to(SOLVE_DTYPE), y, rho * k_z, rho, scale_columns, False, owner)
+    di = _DIFunction.apply(g.to(SOLVE_DTYPE), y, rho * k_z, rho, scale_columns, False, owner, sync)
     return di.to(x.dtype)
 
 

@@ -135,3 +135,25 @@ def test_quickstart_full_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca
     out = capsys.readouterr().out
     acc = float(out.split("test/acc")[1].split()[0])
     assert acc > 0.97
+
+
+def test_test_subcommand_loads_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    recipe = str(next(p for p in RECIPES if p.stem == "quickstart"))
+    main(
+        ["fit", "--config", recipe, "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false"]
+    )
+    fitted = capsys.readouterr().out.split("test/acc")[1].split()[0]
+    assert (tmp_path / "checkpoints" / "quickstart" / "last.ckpt").is_file()
+    main(["test", "--config", recipe, "--ckpt_path", "last", "--trainer.enable_progress_bar=false"])
+    tested = capsys.readouterr().out.split("test/acc")[1].split()[0]
+    assert tested == fitted
+
+
+def test_select_gamma_rejects_root_for_bundled_data(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["select-gamma", "--data", "digits", "--root", "somewhere"])
+    assert done.value.code == 2
+    assert "--root does not apply to --data digits" in capsys.readouterr().err

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
+from torch.autograd import gradcheck
 
 from kernel_layers.kernels import (
     Kernel,
@@ -12,8 +15,10 @@ from kernel_layers.kernels import (
     gaussian_kernel,
     get_kernel,
     laplacian_kernel,
+    log_shift,
     register_kernel,
     sample_frequencies,
+    spectral_quantiles,
     squared_distances,
 )
 from tests import references as ref
@@ -79,3 +84,335 @@ def test_registry_plugs_in_a_new_kernel() -> None:
         get_kernel("test-linear", spectral=True)
     with pytest.raises(ValueError, match="must have a spectral law"):
         sample_frequencies("test-linear", 2, 2, 1.0)
+
+
+# --- the extended registry: every kernel against an independent float64 reference -----
+
+C_SHIFT = 0.5  # a non-default skewedness, to exercise kernel_params
+
+
+def _pairs(x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(x)[:, None, :], np.asarray(z)[None, :, :]
+
+
+def _ref_cauchy(x: np.ndarray, z: np.ndarray, gamma: float) -> np.ndarray:
+    a, b = _pairs(x, z)
+    return np.prod(1.0 / (1.0 + gamma * (a - b) ** 2), axis=-1)
+
+
+def _ref_skewed_chi2(x: np.ndarray, z: np.ndarray, gamma: float, c: float = 1.0) -> np.ndarray:
+    """scikit-learn's SkewedChi2Sampler kernel ``prod 2 sqrt(a) sqrt(b) / (a + b)`` on
+    ``a = (x + c)^gamma``, ``b = (z + c)^gamma`` (gamma = 1: scikit-learn's kernel)."""
+    a, b = _pairs(x, z)
+    a, b = (a + c) ** gamma, (b + c) ** gamma
+    return np.prod(2.0 * np.sqrt(a) * np.sqrt(b) / (a + b), axis=-1)
+
+
+def _ref_skewed_intersection(
+    x: np.ndarray, z: np.ndarray, gamma: float, c: float = 1.0
+) -> np.ndarray:
+    """``prod min(sqrt(a/b), sqrt(b/a))^(2 gamma)`` (gamma = 1/2: the classic kernel)."""
+    a, b = _pairs(x, z)
+    a, b = a + c, b + c
+    return np.prod(np.minimum(np.sqrt(a / b), np.sqrt(b / a)) ** (2.0 * gamma), axis=-1)
+
+
+def _sk(name: str):
+    from sklearn.metrics import pairwise
+
+    return getattr(pairwise, name)
+
+
+#: name -> (reference(x, z, gamma, **params), kernel_params used in the tests)
+REFERENCES = {
+    "gaussian": (lambda x, z, g: _sk("rbf_kernel")(x, z, gamma=g), {}),
+    "laplacian": (lambda x, z, g: _sk("laplacian_kernel")(x, z, gamma=g), {}),
+    "cauchy": (_ref_cauchy, {}),
+    "skewed_chi2": (_ref_skewed_chi2, {"c": C_SHIFT}),
+    "skewed_intersection": (_ref_skewed_intersection, {"c": C_SHIFT}),
+    "polynomial": (
+        lambda x, z, g, degree, coef0: _sk("polynomial_kernel")(
+            x, z, degree=degree, gamma=g, coef0=coef0
+        ),
+        {"degree": 2, "coef0": 0.5},
+    ),
+    "linear": (lambda x, z, g: _sk("linear_kernel")(x, z), {}),
+    "chi2": (lambda x, z, g: _sk("chi2_kernel")(x, z, gamma=g), {}),
+}
+SPECTRAL = ["cauchy", "gaussian", "laplacian", "skewed_chi2", "skewed_intersection"]
+
+
+def test_registry_has_every_kernel() -> None:
+    assert set(REFERENCES) <= set(available_kernels())
+    assert set(available_kernels(spectral=True)) == set(SPECTRAL)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("gamma", [0.3, 1.0])
+def test_kernel_matches_reference(name: str, gamma: float) -> None:
+    reference, params = REFERENCES[name]
+    rng = np.random.default_rng(1)
+    x, z = rng.random((9, 4)), rng.random((6, 4))
+    x[0, 0] = z[0, 0] = 0.0  # chi2's 0/0 term counts 0
+    spec = get_kernel(name)
+    got = spec.matrix(torch.tensor(x), torch.tensor(z), gamma, **params).numpy()
+    np.testing.assert_allclose(got, reference(x, z, gamma, **params), rtol=1e-11, atol=1e-13)
+    # x is z (the landmark Gram path) and a bound kernel give the same values
+    bound = spec.bind(params)
+    tx = torch.tensor(x)
+    gram = bound.matrix(tx, tx, gamma).numpy()
+    np.testing.assert_allclose(gram, reference(x, x, gamma, **params), rtol=1e-11, atol=1e-13)
+
+
+def test_skewed_defaults_match_scikit_learn_sampler() -> None:
+    """gamma = 1, c = 1 is the kernel scikit-learn's SkewedChi2Sampler approximates."""
+    from sklearn.kernel_approximation import SkewedChi2Sampler
+
+    rng = np.random.default_rng(0)
+    x = rng.random((15, 3))
+    sampler = SkewedChi2Sampler(n_components=50000, random_state=0).fit(x)
+    phi = sampler.transform(x)
+    ours = get_kernel("skewed_chi2").matrix(torch.tensor(x), torch.tensor(x), 1.0).numpy()
+    np.testing.assert_allclose(phi @ phi.T, ours, atol=0.03)
+    np.testing.assert_allclose(ours, _ref_skewed_chi2(x, x, 1.0), rtol=1e-12)
+
+
+def test_skewed_chi2_frequencies_are_scikit_learns_draw() -> None:
+    """At gamma = 1 our quantile is scikit-learn's ``(1/pi) log tan(pi u / 2)``."""
+    u = torch.rand(3, 40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    want = np.log(np.tan(np.pi / 2 * u.numpy())) / np.pi
+    w = sample_frequencies(
+        "skewed_chi2", 3, 40, 1.0, generator=torch.Generator().manual_seed(3), dtype=torch.float64
+    )
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-10)
+
+
+def test_cauchy_frequencies_are_laplace() -> None:
+    w = sample_frequencies("cauchy", 50, 4000, 2.0, generator=torch.Generator().manual_seed(0))
+    w = w.double().numpy().ravel()
+    # Laplace with scale b = sqrt(gamma): E|w| = b, Var w = 2 b^2.
+    assert np.abs(w).mean() == pytest.approx(np.sqrt(2.0), rel=0.01)
+    assert w.var() == pytest.approx(4.0, rel=0.02)
+
+
+@pytest.mark.parametrize("name", SPECTRAL)
+def test_spectral_law_reproduces_the_kernel(name: str) -> None:
+    """Bochner: ``E_w cos(w^T (u(x) - u(y))) = k(x, y)``, ``u`` the input transform."""
+    reference, params = REFERENCES[name]
+    spec = get_kernel(name).bind(params)
+    x = torch.rand(6, 2, dtype=torch.float64)
+    w = sample_frequencies(
+        spec, 2, 200000, 0.7, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    u = x if spec.transform is None else spec.transform(x)
+    diff = u[:, None, :] - u[None, :, :]
+    approx = torch.cos(diff @ w).mean(-1).numpy()
+    np.testing.assert_allclose(approx, reference(x.numpy(), x.numpy(), 0.7, **params), atol=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_kernel_gradcheck(name: str) -> None:
+    _, params = REFERENCES[name]
+    spec = get_kernel(name).bind(params)
+    x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+    z = torch.rand(3, 3, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda a, b: spec.matrix(a, b, 0.8), (x, z))
+    assert gradcheck(lambda a: spec.matrix(a, a, 0.8), (x,))
+
+
+@pytest.mark.parametrize("name", ["cauchy", "skewed_chi2", "chi2"])
+def test_product_kernels_chunk_dimensions(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One dimension at a time (big batches) and all at once (small ones) agree."""
+    from kernel_layers import kernels
+
+    spec = get_kernel(name)
+    x = torch.rand(7, 5, dtype=torch.float64, requires_grad=True)
+    z = torch.rand(4, 5, dtype=torch.float64, requires_grad=True)
+    whole = spec.matrix(x, z, 0.6)
+    (gx, gz) = torch.autograd.grad(whole.sin().sum(), (x, z))
+    monkeypatch.setattr(kernels, "PRODUCT_CHUNK_ELEMENTS", 1)
+    chunked = spec.matrix(x, z, 0.6)
+    (cx, cz) = torch.autograd.grad(chunked.sin().sum(), (x, z))
+    torch.testing.assert_close(chunked, whole, rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(cx, gx, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(cz, gz, rtol=1e-12, atol=1e-14)
+
+
+def test_product_kernel_float32_close_to_float64() -> None:
+    x, z = torch.rand(20, 30, dtype=torch.float64), torch.rand(10, 30, dtype=torch.float64)
+    for name in ("cauchy", "skewed_chi2", "chi2"):
+        spec = get_kernel(name)
+        torch.testing.assert_close(
+            spec.matrix(x.float(), z.float(), 0.1).double(),
+            spec.matrix(x, z, 0.1),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+
+
+# --- domains ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["skewed_chi2", "skewed_intersection"])
+def test_skewed_kernels_reject_inputs_at_or_below_minus_c(name: str) -> None:
+    spec = get_kernel(name)
+    x, z = torch.rand(3, 2), torch.rand(4, 2)
+    bad = x.clone()
+    bad[1, 0] = -1.0  # = -c for the default c = 1
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}_kernel: argument 'x' must have all entries > -c = -1 \(skewed kernels "
+        r"act on log\(x \+ c\), c = kernel parameter 'c'\), got minimum -1",
+    ):
+        spec.matrix(bad, z, 1.0)
+    with pytest.raises(ValueError, match=rf"{name}_kernel: argument 'z' must have all entries"):
+        spec.matrix(x, bad, 1.0)
+    assert torch.isfinite(spec.matrix(bad, z, 1.0, c=1.5)).all()  # -1 > -1.5
+
+
+def test_chi2_rejects_negative_inputs() -> None:
+    x = torch.rand(3, 2)
+    x[0, 1] = -0.1
+    with pytest.raises(
+        ValueError, match=r"chi2_kernel: argument 'x' must have all entries >= 0 \(chi2 kernel\)"
+    ):
+        get_kernel("chi2").matrix(x, torch.rand(2, 2), 1.0)
+    with pytest.raises(ValueError, match="chi2_kernel: argument 'z' must have all entries >= 0"):
+        get_kernel("chi2").matrix(torch.rand(2, 2), x, 1.0)
+
+
+def test_log_shift() -> None:
+    x = torch.tensor([[0.0, 1.0]])
+    torch.testing.assert_close(log_shift(x, 2.0), torch.log(x + 2.0))
+    with pytest.raises(ValueError, match=r"log_shift: argument 'x' must have all entries > -c"):
+        log_shift(x, 0.0)
+
+
+# --- kernel parameters -----------------------------------------------------------------
+
+
+def test_resolve_params_defaults_and_validation() -> None:
+    assert get_kernel("gaussian").resolve_params(None) == {}
+    assert get_kernel("skewed_chi2").resolve_params(None) == {"c": 1.0}
+    assert get_kernel("polynomial").resolve_params({"degree": 2.0}) == {"degree": 2, "coef0": 1.0}
+    assert get_kernel("polynomial").defaults == {"degree": 3, "coef0": 1.0}
+    assert get_kernel("skewed_intersection").param_names == ["c"]
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "exc", "match"),
+    [
+        (
+            "gaussian",
+            {"c": 1.0},
+            ValueError,
+            r"owner: argument 'kernel_params' must have keys among \[\] \(the parameters of "
+            r"kernel 'gaussian'\), got unknown key\(s\) \['c'\]",
+        ),
+        (
+            "polynomial",
+            {"degre": 2},
+            ValueError,
+            r"must have keys among \['degree', 'coef0'\] .*got unknown key\(s\) \['degre'\]",
+        ),
+        ("skewed_chi2", {"gamma": 2.0}, ValueError, r"pass gamma as its own argument"),
+        ("skewed_chi2", [("c", 1.0)], TypeError, "'kernel_params' must be a dict or None, got"),
+        ("skewed_chi2", {"c": float("nan")}, ValueError, "'kernel_params.c' must be a finite"),
+        ("skewed_chi2", {"c": "1"}, TypeError, "'kernel_params.c' must be a finite number"),
+        (
+            "polynomial",
+            {"degree": 0},
+            ValueError,
+            r"'kernel_params.degree' must be an integer >= 1, got 0",
+        ),
+        (
+            "polynomial",
+            {"degree": 2.5},
+            TypeError,
+            r"'kernel_params.degree' must be an integer >= 1, got 2.5",
+        ),
+        (
+            "polynomial",
+            {"coef0": -1},
+            ValueError,
+            r"'kernel_params.coef0' must be a finite number >= 0, got -1.0",
+        ),
+    ],
+)
+def test_kernel_params_errors(name: str, params: object, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        get_kernel(name).resolve_params(params, owner="owner")  # type: ignore[arg-type]
+
+
+def test_bind_fixes_the_parameters() -> None:
+    x, z = torch.rand(4, 3, dtype=torch.float64), torch.rand(2, 3, dtype=torch.float64)
+    spec = get_kernel("skewed_chi2")
+    bound = spec.bind({"c": 3.0})
+    assert bound.name == "skewed_chi2" and bound.params == () and bound.has_spectrum
+    torch.testing.assert_close(bound.matrix(x, z, 0.5), spec.matrix(x, z, 0.5, c=3.0))
+    torch.testing.assert_close(bound.transform(x), torch.log(x + 3.0))
+    bad = torch.full((1, 3), -2.0)
+    bound.validate_input("me", "x", bad)  # -2 > -3
+    with pytest.raises(ValueError, match="me: argument 'x' must have all entries > -c = -1"):
+        spec.validate_input("me", "x", bad)  # default c = 1
+    assert get_kernel("gaussian").bind() is get_kernel("gaussian")
+    clone = pickle.loads(pickle.dumps(bound))
+    torch.testing.assert_close(clone.matrix(x, z, 0.5), bound.matrix(x, z, 0.5))
+
+
+# --- user callables --------------------------------------------------------------------
+
+
+def _module_level_kernel(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    return (x @ z.mT + 1.0) ** 2
+
+
+def test_get_kernel_wraps_a_callable() -> None:
+    spec = get_kernel(_module_level_kernel)
+    assert isinstance(spec, Kernel) and spec.name == "_module_level_kernel"
+    assert not spec.has_spectrum and spec.params == ()
+    x, z = torch.rand(5, 3), torch.rand(2, 3)
+    torch.testing.assert_close(spec.matrix(x, z, 123.0), _module_level_kernel(x, z))
+    clone = pickle.loads(pickle.dumps(spec))
+    torch.testing.assert_close(clone.matrix(x, z, 1.0), _module_level_kernel(x, z))
+    with pytest.raises(ValueError, match=r"owner: argument 'kernel' must have a spectral law"):
+        get_kernel(lambda a, b: a @ b.mT, owner="owner", spectral=True)
+
+
+def test_callable_kernel_output_is_checked() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"kernel '<lambda>': the callable must return a Tensor of shape \[5, 2\] "
+        r"\(k\(X\[B, D\], Z\[n, D\]\) -> \[B, n\]\), got shape \[5\]",
+    ):
+        get_kernel(lambda a, b: a.sum(1)).matrix(torch.rand(5, 3), torch.rand(2, 3), 1.0)
+    with pytest.raises(TypeError, match=r"kernel '<lambda>': the callable must return a Tensor"):
+        get_kernel(lambda a, b: 1.0).matrix(torch.rand(5, 3), torch.rand(2, 3), 1.0)
+
+
+def test_unknown_kernel_message_lists_the_options() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'kernel' must be one of \[.*'chi2'.*'skewed_chi2'.*\] or a callable "
+        r"k\(X, Z\) -> Tensor\[B, n\], got 'rbf'",
+    ):
+        get_kernel("rbf")
+    with pytest.raises(
+        ValueError,
+        match=r"must be one of \['cauchy', 'gaussian', 'laplacian', 'skewed_chi2', "
+        r"'skewed_intersection'\], got 3",
+    ):
+        get_kernel(3, spectral=True)  # type: ignore[arg-type]
+
+
+def test_sample_frequencies_rejects_bad_gamma() -> None:
+    with pytest.raises(ValueError, match="sample_frequencies: argument 'gamma' must be a finite"):
+        sample_frequencies("gaussian", 2, 2, -1.0)
+
+
+def test_spectral_quantiles_scale_to_sample_frequencies() -> None:
+    for name in SPECTRAL:
+        spec = get_kernel(name)
+        h = spectral_quantiles(name, 3, 7, generator=torch.Generator().manual_seed(1))
+        w = sample_frequencies(name, 3, 7, 0.4, generator=torch.Generator().manual_seed(1))
+        torch.testing.assert_close(w, spec.scale(0.4) * h)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 import warnings
 
 import numpy as np
@@ -11,7 +12,9 @@ import torch
 from sklearn.datasets import load_digits
 
 from kernel_layers import FourierLayer, NystromLayer
+from kernel_layers.kernels import get_kernel
 from tests import references as ref
+from tests import test_kernels as kref
 from tests.layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 
 
@@ -185,7 +188,11 @@ def test_nystrom_errors() -> None:
         NystromLayer(2, 1, landmarks=torch.tensor([[float("nan"), 0.0]]))
     with pytest.raises(ValueError, match=r"'jitter' must be a finite number > 0, got -1\.0"):
         NystromLayer(2, 3, jitter=-1.0)
-    with pytest.raises(ValueError, match=r"from_data: argument 'init' must be one of \['random'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"from_data: argument 'init' must be one of "
+        r"\['random', 'kmeans', 'kmeans\+\+', 'greedy'\], got 'best'",
+    ):
         NystromLayer.from_data(torch.rand(5, 2), 3, init="best")
     with pytest.raises(
         ValueError, match="'out_features' must be <= the number of rows of x \\(5\\), got 6"
@@ -193,3 +200,201 @@ def test_nystrom_errors() -> None:
         NystromLayer.from_data(torch.rand(5, 2), 6)
     with pytest.raises(ValueError, match=r"from_data: argument 'x' must have shape \[N, D\]"):
         NystromLayer.from_data(torch.rand(5), 3)
+
+
+# --- the extended kernels in both layers ----------------------------------------------
+
+
+class TestFourierARDContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(FourierLayer, {"ard": True, "blocks": [2, 3], **kwargs})
+
+
+class TestFourierSkewedContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(
+            FourierLayer, {"kernel": "skewed_chi2", "kernel_params": {"c": 0.5}, **kwargs}
+        )
+
+
+class TestNystromCauchyContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(NystromLayer, {"kernel": "cauchy", **kwargs})
+
+
+class TestNystromSkewedContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(
+            NystromLayer, {"kernel": "skewed_intersection", "kernel_params": {"c": 2.0}, **kwargs}
+        )
+
+
+def _callable_kernel(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """A module-level (hence picklable) user kernel: ``exp(-||x - z||^2 / 2)``."""
+    return torch.exp(-0.5 * torch.cdist(x, z).square())
+
+
+@pytest.mark.parametrize("name", sorted(kref.REFERENCES))
+def test_nystrom_exact_at_n_equals_n_for_every_kernel(name: str) -> None:
+    reference, params = kref.REFERENCES[name]
+    x = torch.rand(20, 4, dtype=torch.float64)
+    layer = NystromLayer(
+        4, 20, kernel=name, gamma=0.7, kernel_params=params, landmarks=x, jitter=1e-13
+    )
+    assert layer.kernel_params == {**get_kernel(name).defaults, **params}
+    phi = layer(x).detach().numpy()
+    exact = reference(x.numpy(), x.numpy(), 0.7, **params)
+    np.testing.assert_allclose(phi @ phi.T, exact, atol=1e-7 * np.abs(exact).max())
+
+
+def test_nystrom_exact_with_a_callable_kernel() -> None:
+    x = torch.rand(15, 3, dtype=torch.float64)
+    layer = NystromLayer(3, 15, kernel=_callable_kernel, landmarks=x, jitter=1e-13)
+    assert layer.kernel == "_callable_kernel"
+    phi = layer(x).detach()
+    torch.testing.assert_close(phi @ phi.T, _callable_kernel(x, x), atol=1e-8, rtol=0)
+    clone = pickle.loads(pickle.dumps(layer))
+    torch.testing.assert_close(clone(x), layer(x))
+
+
+def test_nystrom_lambda_kernel_works_but_does_not_pickle() -> None:
+    x = torch.rand(10, 3)
+    layer = NystromLayer(3, 4, kernel=lambda a, b: (a @ b.mT + 1.0) ** 2, seed=0)
+    assert layer(x).shape == (10, 4)
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(layer)
+
+
+def test_nystrom_kernel_spec_feeds_nysdi() -> None:
+    """NysDI from the layer's bound kernel equals DI of the layer's features."""
+    from kernel_layers import discriminant_information, nystrom_discriminant_information
+
+    x = torch.rand(40, 3, dtype=torch.float64)
+    labels = torch.arange(40) % 3
+    for kernel, params in [("skewed_chi2", {"c": 0.3}), (_callable_kernel, None)]:
+        layer = NystromLayer(
+            3, 6, kernel=kernel, kernel_params=params, gamma=0.9, seed=0, dtype=torch.float64
+        )
+        layer.jitter  # noqa: B018 - the default for float64
+        nysdi = nystrom_discriminant_information(
+            x, labels, layer.landmarks, kernel=layer.kernel_spec, gamma=0.9, rho=0.1
+        )
+        di = discriminant_information(layer(x), labels, rho=0.1)
+        torch.testing.assert_close(nysdi, di, rtol=1e-7, atol=1e-9)
+    nysdi = nystrom_discriminant_information(
+        x, labels, x[:5], kernel=_callable_kernel, gamma=1.0, rho=0.1
+    )
+    assert torch.isfinite(nysdi)
+
+
+@pytest.mark.parametrize("name", ["cauchy", "skewed_chi2", "skewed_intersection"])
+@pytest.mark.parametrize("features", ["cos", "cossin"])
+def test_fourier_kernel_error_shrinks_for_new_kernels(name: str, features: str) -> None:
+    reference, params = kref.REFERENCES[name]
+    # the skewed kernels act on log(x + c): spread the inputs so the kernel is far from 1
+    x = torch.rand(40, 3, dtype=torch.float64) * (5.0 if "skewed" in name else 1.0)
+    exact = reference(x.numpy(), x.numpy(), 0.8, **params)
+    errors = {}
+    for j in (100, 10000):
+        trials = []
+        for seed in range(6):
+            layer = FourierLayer(
+                3,
+                j,
+                kernel=name,
+                gamma=0.8,
+                kernel_params=params,
+                features=features,
+                seed=seed,
+                dtype=torch.float64,
+            )
+            phi = layer(x).detach()
+            approx = (phi @ phi.T).numpy()  # torch's matmul: numpy's BLAS threads contend here
+            trials.append(np.sqrt(((approx - exact) ** 2).mean()))
+        errors[j] = float(np.mean(trials))
+    assert errors[100] < 1.5 / math.sqrt(100)
+    assert errors[10000] < 1.5 / math.sqrt(10000)
+    # Monte-Carlo rate sqrt(10000 / 100) = 10 (1/J would give 100); errors of a 40 x 40
+    # matrix are strongly correlated, so a few seeds leave a wide band around 10.
+    assert 4 < errors[100] / errors[10000] < 25
+
+
+@pytest.mark.parametrize("cls", [FourierLayer, NystromLayer])
+@pytest.mark.parametrize("name", ["skewed_chi2", "skewed_intersection"])
+def test_layers_reject_inputs_at_or_below_minus_c(cls: type, name: str) -> None:
+    layer = cls(2, 4, kernel=name, seed=0)
+    x = torch.rand(3, 2)
+    x[2, 1] = -1.0
+    with pytest.raises(
+        ValueError, match=rf"{cls.__name__}: argument 'x' must have all entries > -c = -1 "
+    ):
+        layer(x)
+    shifted = cls(2, 4, kernel=name, kernel_params={"c": 2.0}, seed=0)
+    assert torch.isfinite(shifted(x)).all()
+    x[0, 0] = -2.5
+    with pytest.raises(ValueError, match=r"must have all entries > -c = -2 .*got minimum -2.5"):
+        shifted(x)
+
+
+def test_nystrom_chi2_rejects_negative_inputs() -> None:
+    layer = NystromLayer(2, 3, kernel="chi2", seed=0)
+    with pytest.raises(
+        ValueError, match="NystromLayer: argument 'x' must have all entries >= 0 \\(chi2 kernel\\)"
+    ):
+        layer(torch.tensor([[0.5, -0.5]]))
+
+
+@pytest.mark.parametrize("cls", [FourierLayer, NystromLayer])
+def test_layers_validate_kernel_params(cls: type) -> None:
+    name = cls.__name__
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}: argument 'kernel_params' must have keys among \['c'\] \(the parameters "
+        r"of kernel 'skewed_chi2'\), got unknown key\(s\) \['skewedness'\]",
+    ):
+        cls(2, 4, kernel="skewed_chi2", kernel_params={"skewedness": 1.0})
+    with pytest.raises(ValueError, match=rf"{name}: argument 'kernel_params.c' must be a finite"):
+        cls(2, 4, kernel="skewed_intersection", kernel_params={"c": float("inf")})
+    with pytest.raises(ValueError, match=r"must have keys among \[\] .*'gaussian'"):
+        cls(2, 4, kernel_params={"degree": 2})
+
+
+def test_nystrom_polynomial_params_and_errors() -> None:
+    x = torch.rand(6, 3, dtype=torch.float64)
+    layer = NystromLayer(
+        3, 6, kernel="polynomial", kernel_params={"degree": 2}, landmarks=x, gamma=0.5
+    )
+    assert layer.kernel_params == {"degree": 2, "coef0": 1.0}
+    assert "kernel_params={'degree': 2, 'coef0': 1.0}" in repr(layer)
+    with pytest.raises(
+        ValueError, match=r"NystromLayer: argument 'kernel_params.degree' must be an integer >= 1"
+    ):
+        NystromLayer(3, 6, kernel="polynomial", kernel_params={"degree": -1})
+    with pytest.raises(ValueError, match=r"argument 'kernel' must be one of \[.*\] or a callable"):
+        NystromLayer(3, 6, kernel="poly")
+
+
+@pytest.mark.parametrize("name", ["polynomial", "linear", "chi2"])
+def test_fourier_rejects_kernels_without_spectral_law(name: str) -> None:
+    with pytest.raises(
+        ValueError,
+        match=rf"FourierLayer: argument 'kernel' must have a spectral law \(one of \['cauchy', "
+        rf"'gaussian', 'laplacian', 'skewed_chi2', 'skewed_intersection'\]\), got '{name}'",
+    ):
+        FourierLayer(2, 4, kernel=name)
+    with pytest.raises(ValueError, match="FourierLayer: argument 'kernel' must have a spectral"):
+        FourierLayer(2, 4, kernel=_callable_kernel)  # type: ignore[arg-type]
+
+
+def test_layers_with_kernel_params_pickle_and_round_trip() -> None:
+    x = torch.rand(5, 2)
+    for layer in (
+        FourierLayer(2, 6, kernel="skewed_chi2", kernel_params={"c": 0.25}, seed=0),
+        NystromLayer(2, 3, kernel="skewed_chi2", kernel_params={"c": 0.25}, seed=0),
+    ):
+        clone = pickle.loads(pickle.dumps(layer))
+        assert clone.kernel_params == {"c": 0.25}
+        torch.testing.assert_close(clone(x), layer(x))
+        fresh = type(layer)(2, layer.out_features, kernel="skewed_chi2", kernel_params={"c": 0.25})
+        fresh.load_state_dict(layer.state_dict())
+        torch.testing.assert_close(fresh(x), layer(x))

@@ -198,3 +198,86 @@ def test_constructor_errors(kwargs: dict, exc: type, match: str) -> None:
     args.update(kwargs)
     with pytest.raises(exc, match=f"KernelClassifier: argument {match}"):
         KernelClassifier(args.pop("kernel_layer"), **args)
+
+
+def test_int32_labels_work_for_every_objective() -> None:
+    x, y = make_classification(
+        n_samples=700, n_features=6, n_classes=3, n_informative=4, random_state=0
+    )
+    for objective in ("di", "ls", "ce"):
+        dm = TensorDataModule(x, y.astype(np.int32), x[:50], y[:50], batch_size=200)
+        model = KernelClassifier(FourierLayer(6, 16, seed=0), num_classes=3, objective=objective)
+        _trainer(max_epochs=1).fit(model, dm)
+
+
+def test_user_landmarks_are_kept() -> None:
+    dm = _data()
+    z = torch.rand(20, 10)
+    model = KernelClassifier(NystromLayer(10, 20, landmarks=z), num_classes=4, lr=1e-9)
+    _trainer(max_epochs=1).fit(model, dm)
+    assert torch.allclose(model.kernel_layer.landmarks.detach(), z, atol=1e-6)
+    from_data = NystromLayer.from_data(torch.rand(50, 10), 20, seed=0)
+    assert from_data.landmarks_given
+
+
+def test_refit_restores_module_modes() -> None:
+    dm = _data()
+    backbone = nn.Sequential(nn.Linear(10, 8), nn.Dropout(0.5))
+    model = KernelClassifier(NystromLayer(8, 12, seed=0), num_classes=4, backbone=backbone)
+    model.train()
+    backbone[1].eval()  # a user-frozen submodule stays frozen
+    dm.setup()
+    model.refit_head(dm.train_eval_dataloader())
+    assert model.training and backbone[0].training and not backbone[1].training
+
+
+def test_ls_read_out_does_not_depend_on_validation() -> None:
+    dm = _data()
+    dm.shuffle = False  # a DataLoader iterator draws from the global RNG: keep order fixed
+    dm.setup()
+    weights = []
+    for validate in (False, True):
+        L.seed_everything(0)
+        model = KernelClassifier(FourierLayer(10, 16, seed=0), num_classes=4, objective="ls")
+        _trainer(max_epochs=3).fit(
+            model,
+            train_dataloaders=dm.train_dataloader(),
+            val_dataloaders=dm.test_dataloader() if validate else None,
+        )
+        weights.append(model.head.weight.clone())
+    torch.testing.assert_close(weights[0], weights[1])
+
+
+def test_ls_running_statistics_are_checkpointed() -> None:
+    head = RidgeHead(3, 2)
+    head.update(torch.rand(10, 3), torch.arange(10) % 2)
+    state = head.state_dict()
+    fresh = RidgeHead(3, 2)
+    fresh.load_state_dict(state)
+    for a, b in zip(head.statistics, fresh.statistics, strict=True):
+        torch.testing.assert_close(a, b)
+    empty = RidgeHead(3, 2)
+    empty.load_state_dict(RidgeHead(3, 2).state_dict())
+    assert empty.statistics is None
+
+
+def test_test_without_training_data_explains() -> None:
+    model = KernelClassifier(FourierLayer(10, 8, seed=0), num_classes=4)
+    dm = _data()
+    dm.setup()
+    with pytest.raises(RuntimeError, match="fitting the ridge read-out needs the training data"):
+        _trainer().test(model, dataloaders=dm.test_dataloader())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"head_rho": 0.0}, ValueError, "'head_rho' must be a finite number > 0"),
+        ({"init_landmarks": "no"}, TypeError, "'init_landmarks' must be a bool, got 'no'"),
+        ({"return_scores": 1}, TypeError, "'return_scores' must be a bool, got 1"),
+        ({"backbone": "resnet"}, TypeError, "'backbone' must be an nn.Module or None"),
+    ],
+)
+def test_more_constructor_errors(kwargs: dict, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=f"KernelClassifier: argument {match}"):
+        KernelClassifier(FourierLayer(3, 4), num_classes=3, **kwargs)

@@ -1,0 +1,137 @@
+"""Exact DI across processes: 2-process gloo on CPU against the single-process batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from kernel_layers import (
+    FourierLayer,
+    NystromLayer,
+    discriminant_information,
+    nystrom_discriminant_information,
+)
+
+WORLD = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(48, 5, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 4, (48,), generator=g)
+    z = torch.rand(7, 5, generator=g, dtype=torch.float64)
+    return x, labels, z
+
+
+def _worker(rank: int, port: int, out: str) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
+    )
+    try:
+        x, labels, z = _data()
+        rows = slice(rank * 24, (rank + 1) * 24)
+        phi = (x[rows] * 3.0).requires_grad_(True)
+        di = discriminant_information(phi, labels[rows], sync_dist=True)  # num_classes agreed
+        di.backward()
+        xz, zz = x[rows].clone().requires_grad_(True), z.clone().requires_grad_(True)
+        nys = nystrom_discriminant_information(
+            xz, labels[rows], zz, gamma=0.8, num_classes=4, sync_dist=True
+        )
+        nys.backward()
+        torch.save(
+            {
+                "di": di.detach(),
+                "grad": phi.grad,
+                "nys": nys.detach(),
+                "gx": xz.grad,
+                "gz": zz.grad,
+            },
+            Path(out) / f"rank{rank}.pt",
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    out = tmp_path_factory.mktemp("ddp")
+    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
+
+
+def test_di_value_and_local_gradients_match_single_process(two_process_results) -> None:
+    x, labels, _ = _data()
+    phi = (x * 3.0).requires_grad_(True)
+    want = discriminant_information(phi, labels)
+    want.backward()
+    for rank, res in enumerate(two_process_results):
+        torch.testing.assert_close(res["di"], want.detach(), rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            res["grad"], phi.grad[rank * 24 : (rank + 1) * 24], rtol=1e-10, atol=1e-12
+        )
+
+
+def test_nysdi_value_and_gradients_match_single_process(two_process_results) -> None:
+    x, labels, z = _data()
+    xs, zs = x.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    want = nystrom_discriminant_information(xs, labels, zs, gamma=0.8, num_classes=4)
+    want.backward()
+    for rank, res in enumerate(two_process_results):
+        torch.testing.assert_close(res["nys"], want.detach(), rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            res["gx"], xs.grad[rank * 24 : (rank + 1) * 24], rtol=1e-9, atol=1e-12
+        )
+    # Data-parallel training sums the processes' landmark gradients (DDP: mean of
+    # world-size-scaled losses); that sum must be the single-process gradient.
+    total = sum(res["gz"] for res in two_process_results)
+    torch.testing.assert_close(total, zs.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_sync_dist_without_process_group_is_local() -> None:
+    x, labels, _ = _data()
+    a = discriminant_information(x, labels, sync_dist=True)
+    assert a.item() == discriminant_information(x, labels).item()
+
+
+SCRIPT = Path(__file__).with_name("ddp_fit_script.py")
+
+
+@pytest.mark.parametrize("layer", ["fourier", "nystrom"])
+def test_lightning_ddp_equals_single_process_with_doubled_batch(tmp_path: Path, layer: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    for mode in ("ddp", "single"):
+        subprocess.run(
+            [sys.executable, str(SCRIPT), mode, layer, str(tmp_path / f"{mode}.pt")],
+            check=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+            capture_output=True,
+        )
+    ddp, single = torch.load(tmp_path / "ddp.pt"), torch.load(tmp_path / "single.pt")
+    assert ddp.keys() == single.keys()
+    for name in ddp:
+        torch.testing.assert_close(ddp[name], single[name], rtol=1e-9, atol=1e-11, msg=name)
+    start = (
+        {
+            "fourier": FourierLayer(6, 24, gamma=0.5, seed=0),
+            "nystrom": NystromLayer(6, 24, gamma=0.5, seed=0),
+        }[layer]
+        .double()
+        .state_dict()
+    )
+    assert any(not torch.allclose(ddp[k], start[k]) for k in ddp)  # training moved something

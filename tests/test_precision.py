@@ -1,0 +1,102 @@
+"""Mixed precision, dtype mismatches and double backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from kernel_layers import (
+    FourierLayer,
+    KernelClassifier,
+    NystromLayer,
+    discriminant_information,
+    nystrom_discriminant_information,
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layer_cls", [FourierLayer, NystromLayer])
+def test_layers_under_autocast_compute_in_float32(layer_cls: type, dtype: torch.dtype) -> None:
+    layer = layer_cls(8, 16, gamma=0.5, seed=0)
+    x = torch.rand(64, 8)
+    reference = layer(x)
+    backbone = nn.Linear(8, 8)
+    nn.init.eye_(backbone.weight)
+    nn.init.zeros_(backbone.bias)
+    with torch.autocast("cpu", dtype=dtype):
+        h = backbone(x)  # a low-precision activation, as from an autocast backbone
+        assert h.dtype == dtype
+        out = layer(h)
+    assert out.dtype == torch.float32
+    # Only the input's rounding to low precision differs from the float32 reference.
+    torch.testing.assert_close(out, layer(h.float()), rtol=1e-6, atol=1e-6)
+    assert (out - reference).abs().max() < 0.05
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
+def test_di_and_nysdi_under_autocast_match_float32() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, labels = torch.rand(600, 10, generator=g), torch.randint(0, 4, (600,), generator=g)
+    z = x[:40].clone()
+    phi = FourierLayer(10, 50, gamma=0.5, seed=0)(x).detach()
+    di32 = discriminant_information(phi, labels)
+    nys32 = nystrom_discriminant_information(x, labels, z, gamma=0.5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        di_amp = discriminant_information(phi, labels)
+        nys_amp = nystrom_discriminant_information(x, labels, z, gamma=0.5)
+    assert di_amp.dtype == torch.float32 and nys_amp.dtype == torch.float32
+    torch.testing.assert_close(di_amp, di32, rtol=1e-6, atol=0)
+    torch.testing.assert_close(nys_amp, nys32, rtol=1e-6, atol=0)
+    half = discriminant_information(phi.bfloat16(), labels)  # bf16 features: solved in float32
+    assert half.dtype == torch.float32
+    assert half.item() == pytest.approx(di32.item(), rel=2e-2)
+
+
+def test_backbone_in_bf16_autocast_trains_kernel_layer_in_float32() -> None:
+    model = KernelClassifier(
+        NystromLayer(6, 10, gamma=0.5, seed=0), num_classes=3, backbone=nn.Linear(6, 6)
+    )
+    x, y = torch.rand(40, 6), torch.arange(40) % 3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = model.embed(x)
+        di = model._di(h, y)
+    assert h.dtype == torch.bfloat16 and di.dtype == torch.float32
+    (-di).backward()
+    assert torch.isfinite(model.backbone.weight.grad).all()
+    assert model.backbone.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("layer_cls", [FourierLayer, NystromLayer])
+def test_float64_input_to_float32_layer_is_a_clear_error(layer_cls: type) -> None:
+    layer = layer_cls(3, 4, seed=0)
+    with pytest.raises(
+        TypeError,
+        match=rf"{layer_cls.__name__}: argument 'x' must have the layer's dtype torch.float32",
+    ):
+        layer(torch.rand(5, 3, dtype=torch.float64))
+
+
+def test_nysdi_dtype_mismatch_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match="nystrom_discriminant_information: argument 'x' must"):
+        nystrom_discriminant_information(
+            torch.rand(6, 2, dtype=torch.float64),
+            torch.arange(6) % 2,
+            torch.rand(3, 2),
+            gamma=1.0,
+        )
+
+
+def test_double_backward_refuses_instead_of_being_silently_wrong() -> None:
+    phi = torch.randn(20, 4, dtype=torch.float64, requires_grad=True)
+    di = discriminant_information(phi, torch.arange(20) % 2)
+    with pytest.raises(RuntimeError, match=r"double backward \(create_graph=True\) is not"):
+        torch.autograd.grad(di, phi, create_graph=True)
+    layer = FourierLayer(3, 5, seed=0, dtype=torch.float64)
+    x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"FourierLayer: double backward"):
+        torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+    # First-order gradients are unaffected.
+    (grad,) = torch.autograd.grad(discriminant_information(phi, torch.arange(20) % 2), phi)
+    assert torch.isfinite(grad).all()
