@@ -19,7 +19,9 @@ __all__ = [
     "check_finite",
     "check_int",
     "check_matrix",
+    "check_nonnegative",
     "check_positive",
+    "check_real",
     "is_compiling",
 ]
 
@@ -57,6 +59,36 @@ def check_positive(owner: str, name: str, value: object) -> float:
     value = float(value)
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(f"{owner}: argument '{name}' must be a finite number > 0, got {value}")
+    return value
+
+
+def check_real(owner: str, name: str, value: object) -> float:
+    """Return ``value`` as a finite ``float``, else raise.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ValueError: ``value`` is not finite.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{owner}: argument '{name}' must be a finite number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}: argument '{name}' must be a finite number, got {value}")
+    return value
+
+
+def check_nonnegative(owner: str, name: str, value: object) -> float:
+    """Return ``value`` as a finite ``float >= 0``, else raise.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ValueError: ``value`` is not finite or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{owner}: argument '{name}' must be a number >= 0, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0.0:
+        raise ValueError(f"{owner}: argument '{name}' must be a finite number >= 0, got {value}")
     return value
 
 

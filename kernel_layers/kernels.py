@@ -63,7 +63,12 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from kernel_layers._validation import check_positive, is_compiling
+from kernel_layers._validation import (
+    check_nonnegative,
+    check_positive,
+    check_real,
+    is_compiling,
+)
 
 __all__ = [
     "Kernel",
@@ -103,26 +108,6 @@ KernelMatrix = Callable[..., Tensor]
 
 
 # --------------------------------------------------------------------------- checks
-def _check_real(owner: str, name: str, value: object) -> float:
-    """Return ``value`` as a finite ``float``, else raise."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{owner}: argument '{name}' must be a finite number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}: argument '{name}' must be a finite number, got {value}")
-    return value
-
-
-def _check_nonnegative(owner: str, name: str, value: object) -> float:
-    """Return ``value`` as a finite ``float >= 0``, else raise."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{owner}: argument '{name}' must be a number >= 0, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0.0:
-        raise ValueError(f"{owner}: argument '{name}' must be a finite number >= 0, got {value}")
-    return value
-
-
 def _check_degree(owner: str, name: str, value: object) -> int:
     """Return ``value`` as an ``int >= 1`` (integral floats such as ``3.0`` pass), else raise."""
     ok_type = isinstance(value, Integral) or (isinstance(value, Real) and float(value).is_integer())
@@ -766,7 +751,7 @@ def get_kernel(
     return kernel
 
 
-_SKEWEDNESS = KernelParam("c", DEFAULT_SKEWEDNESS, _check_real)
+_SKEWEDNESS = KernelParam("c", DEFAULT_SKEWEDNESS, check_real)
 
 register_kernel(
     Kernel("gaussian", gaussian_kernel, quantile=_gaussian_quantile, scale=_sqrt_two_gamma)
@@ -801,7 +786,7 @@ register_kernel(
         polynomial_kernel,
         params=(
             KernelParam("degree", DEFAULT_DEGREE, _check_degree),
-            KernelParam("coef0", DEFAULT_COEF0, _check_nonnegative),
+            KernelParam("coef0", DEFAULT_COEF0, check_nonnegative),
         ),
     )
 )

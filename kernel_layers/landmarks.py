@@ -25,15 +25,13 @@ Pure functions on the device and dtype of the data, usable on their own or throu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
-from numbers import Real
 
 import torch
 from torch import Tensor
 
 from kernel_layers._random import make_generator
-from kernel_layers._validation import check_int, check_matrix, check_positive
+from kernel_layers._validation import check_int, check_matrix, check_nonnegative, check_positive
 from kernel_layers.kernels import Kernel, get_kernel, squared_distances
 
 __all__ = [
@@ -84,15 +82,6 @@ def _check_count(owner: str, name: str, k: object, rows: int) -> int:
             f"{owner}: argument '{name}' must be <= the number of rows of x ({rows}), got {k}"
         )
     return k
-
-
-def _check_non_negative(owner: str, name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{owner}: argument '{name}' must be a number >= 0, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0.0:
-        raise ValueError(f"{owner}: argument '{name}' must be a finite number >= 0, got {value}")
-    return value
 
 
 def random_landmarks(
@@ -229,7 +218,7 @@ def kmeans(
     check_matrix(owner, "x", x)
     k = _check_count(owner, "k", k, x.shape[0])
     iters = check_int(owner, "iters", iters)
-    tol = _check_non_negative(owner, "tol", tol)
+    tol = check_nonnegative(owner, "tol", tol)
     if init not in KMEANS_INITS:
         raise ValueError(
             f"{owner}: argument 'init' must be one of {list(KMEANS_INITS)}, got {init!r}"
