@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kernel_layers.backbones import ResNet18Backbone, SmallCNN, strip_head, with_kernel_head
 from kernel_layers.ensemble import EnsembleNystrom
 from kernel_layers.fourier import FourierLayer
 from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
@@ -28,7 +29,9 @@ __all__ = [
     "Kernel",
     "KernelClassifier",
     "NystromLayer",
+    "ResNet18Backbone",
     "RidgeHead",
+    "SmallCNN",
     "available_kernels",
     "discriminant_information",
     "gamma_heuristic",
@@ -41,6 +44,8 @@ __all__ = [
     "random_landmarks",
     "register_kernel",
     "select_gamma",
+    "strip_head",
+    "with_kernel_head",
 ]
 
 __version__ = "0.1.0"

@@ -61,6 +61,8 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
         RuntimeError: no jitter up to ``jitter * JITTER_GROWTH**(MAX_JITTER_TRIES-1)``
             made the matrix factorisable (it is not close to positive semi-definite).
     """
+    if torch.compiler.is_exporting():  # no data-dependent branch in an exported graph:
+        return torch.linalg.cholesky(matrix)  # the exported program raises if not PD
     factor, info = torch.linalg.cholesky_ex(matrix)
     if int(info) == 0:
         return factor

@@ -64,6 +64,7 @@ from kernel_layers._datasets import (
     read_idx,
     read_letter_csv,
 )
+from kernel_layers._resumable import ResumableLoader
 
 __all__ = [
     "COVTYPE_TEST_SIZE",
@@ -492,15 +493,30 @@ class ArrayDataModule(LightningDataModule):
                 )
                 self._warned_cap = True
             batch_size = len(dataset)
+        options = {
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.num_workers > 0,
+            "collate_fn": _collate_batched,
+        }
+        trainer = getattr(self, "trainer", None)
+        if train and (trainer is None or trainer.world_size == 1):
+            # Seeded per epoch and stateful: a fit killed mid-epoch resumes on exactly the
+            # same batches. (Under DDP, Lightning swaps in its DistributedSampler.)
+            return ResumableLoader(
+                dataset,
+                batch_size=batch_size,
+                seed=self.seed,
+                shuffle=self.shuffle,
+                drop_last=self.drop_last,
+                **options,
+            )
         return DataLoader(
             dataset,
             batch_size=batch_size,
             shuffle=train and self.shuffle,
             drop_last=train and self.drop_last,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=_collate_batched,
+            **options,
         )
 
     def _require(self, dataset: TensorDataset | None, split: str) -> TensorDataset:

@@ -50,9 +50,17 @@ class KernelClassifier(LightningModule):
     A backbone (any module mapping inputs to ``[B, in_features]``) is trained end to end
     by the same objective. Without one, inputs ``[B, ...]`` are flattened.
 
-    Logged: ``train/di`` (``"di"``; per step and its epoch mean ``train/di_epoch``, the
-    quantity :class:`~callbacks.PlateauDecay` and :class:`~callbacks.DISaturationStopping`
-    watch), ``train/loss`` (every objective), ``lr``, ``val/acc`` and ``test/acc``.
+    Logged: ``train/di`` (``"di"``; per step) and ``train/di_epoch``, the mean of the
+    epoch's batches so far, exact at the epoch's end (the quantity
+    :class:`~callbacks.PlateauDecay` and :class:`~callbacks.DISaturationStopping` watch);
+    ``train/loss`` (every objective), ``lr``, ``val/acc`` and ``test/acc``.
+
+    Checkpoints (``ModelCheckpoint``) hold only tensors and primitive types, so they load
+    with ``torch.load(path, weights_only=True)`` and ``trainer.fit(..., weights_only=True)``.
+    The running sums of the epoch's DI are buffers, so a fit killed mid-epoch and resumed
+    with ``ckpt_path="last"`` reports the same ``train/di_epoch`` (Lightning's own epoch
+    aggregates restart from zero on resume). Loading a checkpoint into a model whose
+    layers have other shapes raises a ``ValueError`` naming each parameter and both shapes.
 
     Args:
         kernel_layer: a module with ``out_features`` (``NystromLayer``, ``FourierLayer``).
@@ -120,6 +128,11 @@ class KernelClassifier(LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.register_buffer("landmarks_initialised", torch.tensor(False))
+        # Running DI sums of the current epoch (sum of DI x rows, rows, epoch): in the
+        # checkpoint, so a mid-epoch resume logs the exact epoch mean.
+        self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
+        self.register_buffer("di_epoch_rows", torch.tensor(0, dtype=torch.long))
+        self.register_buffer("di_epoch_index", torch.tensor(-1, dtype=torch.long))
 
     # ------------------------------------------------------------------ features
     def embed(self, x: Tensor) -> Tensor:
@@ -181,7 +194,10 @@ class KernelClassifier(LightningModule):
             # DDP averages gradients over processes, but each process holds only its
             # rows' share of dDI: scale so the average is the single-process gradient.
             loss = -di * self._world_size
-            self.log("train/di", di, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
+            self.log("train/di", di, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(y))
+            self.log(
+                "train/di_epoch", self._di_epoch_mean(di, len(y)), on_step=True, on_epoch=False
+            )
         else:
             features = self.kernel_layer(h)
             y = y.long()
@@ -210,6 +226,47 @@ class KernelClassifier(LightningModule):
             self.trainer.should_stop = True
             return None
         return loss if loss.requires_grad else None
+
+    @torch.no_grad()
+    def _di_epoch_mean(self, di: Tensor, rows: int) -> Tensor:
+        """Add a batch's DI to the epoch's running sums; return the epoch mean so far."""
+        if int(self.di_epoch_index) != self.current_epoch:  # a new epoch: restart the sums
+            self.di_epoch_index.fill_(self.current_epoch)
+            self.di_epoch_sum.zero_()
+            self.di_epoch_rows.zero_()
+        self.di_epoch_sum += di.detach().to(self.di_epoch_sum) * rows
+        self.di_epoch_rows += rows
+        return (self.di_epoch_sum / self.di_epoch_rows).to(di.dtype)
+
+    # ------------------------------------------------------------------ checkpoints
+    def check_state_shapes(self, state_dict: dict[str, Any]) -> None:
+        """Raise if a checkpoint's tensors do not fit this model's (before loading them).
+
+        Args:
+            state_dict: a checkpoint's ``state_dict``.
+
+        Raises:
+            ValueError: one message naming every mismatched parameter or buffer with the
+                checkpoint's and the model's shapes.
+        """
+        own = self.state_dict()
+        wrong = [
+            f"'{name}': checkpoint {list(value.shape)}, model {list(own[name].shape)}"
+            for name, value in state_dict.items()
+            if isinstance(value, Tensor)
+            and isinstance(own.get(name), Tensor)
+            and value.shape != own[name].shape
+        ]
+        if wrong:
+            raise ValueError(
+                f"{type(self).__name__}: the checkpoint does not fit the model's layers: "
+                + "; ".join(wrong)
+                + " (build the model with the checkpoint's sizes, e.g. the kernel layer's "
+                "in_features / out_features, before loading it)"
+            )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_state_shapes(checkpoint.get("state_dict", {}))
 
     # ------------------------------------------------------------------ read-out fits
     def _train_eval_batches(self) -> Iterable[Any]:

@@ -22,9 +22,7 @@ def test_first_lines_are_the_two_setup_commands() -> None:
     assert lines[1] in CI.read_text()  # CI runs exactly the README's test command
 
 
-@pytest.mark.parametrize(
-    "code", re.findall(r"```python\n(.*?)```", README.read_text(), re.S), ids=["layers", "module"]
-)
+@pytest.mark.parametrize("code", re.findall(r"```python\n(.*?)```", README.read_text(), re.S))
 def test_python_examples_run(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     code = code.replace("max_epochs=60", "max_epochs=2")  # the recipe's budget, shortened

@@ -1,0 +1,90 @@
+"""A training ``DataLoader`` whose data order survives a kill and resume, batch for batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+__all__ = ["EpochSeededSampler", "ResumableLoader"]
+
+
+class EpochSeededSampler(Sampler[int]):
+    """Rows in an order drawn from ``seed + epoch`` (or in order), optionally skipping a prefix.
+
+    Unlike ``RandomSampler``, the order does not depend on the global random state, so a
+    resumed run sees the same order; Lightning calls :meth:`set_epoch` every epoch.
+
+    Args:
+        size: number of rows.
+        seed: base seed of the permutations.
+        shuffle: draw a permutation per epoch (else the rows in order).
+    """
+
+    def __init__(self, size: int, seed: int, *, shuffle: bool = True) -> None:
+        self.size, self.seed, self.shuffle = size, seed, shuffle
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose permutation :meth:`__iter__` yields."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        if self.shuffle:
+            order = torch.randperm(
+                self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)
+            )
+        else:
+            order = torch.arange(self.size)
+        start, self.start = self.start, 0
+        return iter(order[start:].tolist())
+
+
+class ResumableLoader(DataLoader):
+    """A ``DataLoader`` with ``state_dict`` / ``load_state_dict`` (Lightning saves them).
+
+    Lightning resumes a stateful loader mid-epoch: the batches already consumed in the
+    interrupted epoch are skipped, and the epoch's order is the same, so a fit killed at
+    any step and resumed from ``ckpt_path="last"`` trains on exactly the same batches.
+
+    Args:
+        dataset: a map-style dataset.
+        batch_size: rows per batch.
+        seed: base seed of the per-epoch permutations.
+        shuffle: shuffle every epoch.
+        **kwargs: other ``DataLoader`` arguments (``drop_last``, ``num_workers``, ...).
+    """
+
+    def __init__(
+        self, dataset: Dataset, *, batch_size: int, seed: int, shuffle: bool = True, **kwargs: Any
+    ) -> None:
+        sampler = EpochSeededSampler(len(dataset), seed, shuffle=shuffle)  # type: ignore[arg-type]
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+        self._yielded = 0
+        self._skip = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
+        skip, self._skip = self._skip, 0
+        self.sampler.start = skip * self.batch_size  # type: ignore[attr-defined]
+        self._yielded = skip
+        for batch in super().__iter__():
+            self._yielded += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and the number of batches yielded in it."""
+        return {"epoch": self.sampler.epoch, "batches": self._yielded}  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume the epoch ``state`` describes, after its consumed batches."""
+        self.sampler.set_epoch(int(state["epoch"]))  # type: ignore[attr-defined]
+        self._skip = int(state["batches"]) % max(len(self), 1)

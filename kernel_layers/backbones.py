@@ -1,0 +1,221 @@
+"""Backbones for kernel layers: a small CNN, a 28x28 ResNet-18, and head replacement.
+
+A kernel layer sits where a network's linear classifier was: :func:`strip_head` removes
+the classifier head of an existing model (torchvision ResNet's ``fc``, VGG / MobileNet's
+``classifier``, or a ``Sequential``'s last ``Linear``) and reports its input width;
+:func:`with_kernel_head` builds a :class:`~kernel_layers.KernelClassifier` that trains the
+headless model end to end with the kernel layer (DI by default), the landmarks initialised
+from backbone features of the first training batches (``init_landmarks``) and the backbone
+optionally on its own learning rate (``backbone_lr``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from kernel_layers._validation import check_int
+from kernel_layers.module import KernelClassifier
+
+__all__ = [
+    "HEAD_ATTRIBUTES",
+    "ResNet18Backbone",
+    "SmallCNN",
+    "resnet18_backbone",
+    "strip_head",
+    "with_kernel_head",
+]
+
+#: Attribute names searched, in order, for a model's classifier head.
+HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads")
+
+
+class SmallCNN(nn.Module):
+    """Two conv + max-pool blocks and a linear layer: images to ``out_features`` features.
+
+    ``conv(3x3, width) -> ReLU -> maxpool(2) -> conv(3x3, 2 width) -> ReLU -> maxpool(2)
+    -> adaptive avg-pool(4x4) -> Linear(32 width, out_features) -> Tanh``. The ``Tanh``
+    keeps the features in ``[-1, 1]``, so a Gaussian kernel's ``gamma`` (about
+    ``1 / out_features``) stays sensible however the backbone trains. Any input size of at
+    least ``4 x 4`` works (28x28 MNIST / Fashion-MNIST: 105k parameters at the defaults).
+
+    Args:
+        in_channels: input channels ``C`` (1 for grayscale).
+        out_features: feature width ``D`` (the kernel layer's ``in_features``).
+        width: channels of the first conv block (the second has ``2 width``).
+
+    Shape:
+        x (Tensor[B, C, H, W]) -> Tensor[B, out_features].
+    """
+
+    def __init__(self, in_channels: int = 1, out_features: int = 128, *, width: int = 32) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.in_channels = check_int(owner, "in_channels", in_channels)
+        self.out_features = check_int(owner, "out_features", out_features)
+        self.width = check_int(owner, "width", width)
+        self.features = nn.Sequential(
+            nn.Conv2d(self.in_channels, width, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+        )
+        self.project = nn.Sequential(nn.Linear(32 * width, self.out_features), nn.Tanh())
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Features ``x (Tensor[B, C, H, W]) -> Tensor[B, out_features]``."""
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"{type(self).__name__}: argument 'x' must have shape "
+                f"[B, {self.in_channels}, H, W], got {list(x.shape)} (serve images: "
+                "flatten=False in the data module)"
+            )
+        return self.project(self.features(x))
+
+
+class ResNet18Backbone(nn.Module):
+    """torchvision's ResNet-18 without its ``fc``, adapted to small grayscale images.
+
+    The 7x7 stride-2 stem is replaced by a 3x3 conv of stride ``stem_stride`` over
+    ``in_channels`` (the max-pool is kept): with ``stem_stride=1`` a 28x28 image enters the
+    first stage at 14x14 and the last at 2x2; ``stem_stride=2`` (7x7 and 1x1) costs about
+    4x less, e.g. for CPU runs. ``fc`` is an ``nn.Identity``. Randomly initialised:
+    pretrained weights need a network and expect 3-channel 224x224 inputs.
+
+    Args:
+        in_channels: input channels ``C``.
+        stem_stride: stride of the first conv, ``1`` or ``2``.
+
+    Attributes:
+        out_features (int): 512, the width of the pooled features.
+        net (torchvision.models.ResNet): the network.
+
+    Shape:
+        x (Tensor[B, C, H, W]) -> Tensor[B, 512].
+    """
+
+    def __init__(self, in_channels: int = 1, *, stem_stride: int = 1) -> None:
+        super().__init__()
+        from torchvision.models import resnet18
+
+        owner = type(self).__name__
+        self.in_channels = check_int(owner, "in_channels", in_channels)
+        if stem_stride not in (1, 2):
+            raise ValueError(f"{owner}: argument 'stem_stride' must be 1 or 2, got {stem_stride!r}")
+        self.stem_stride = stem_stride
+        net = resnet18(weights=None)
+        net.conv1 = nn.Conv2d(self.in_channels, 64, 3, stride=stem_stride, padding=1, bias=False)
+        self.net, self.out_features = strip_head(net)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Features ``x (Tensor[B, C, H, W]) -> Tensor[B, 512]``."""
+        return self.net(x)
+
+
+def resnet18_backbone(in_channels: int = 1, *, stem_stride: int = 1) -> ResNet18Backbone:
+    """A headless ResNet-18 for small grayscale images (see :class:`ResNet18Backbone`)."""
+    return ResNet18Backbone(in_channels, stem_stride=stem_stride)
+
+
+def _find_head(model: nn.Module, attr: str | None) -> tuple[nn.Module, str, nn.Linear]:
+    """``(parent, name, linear)`` of the model's classifier head."""
+    owner = "strip_head"
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{owner}: argument 'model' must be an nn.Module, got {type(model)}")
+    candidates = [attr] if attr is not None else [a for a in HEAD_ATTRIBUTES if hasattr(model, a)]
+    for name in candidates:
+        parent: nn.Module = model
+        *path, leaf = name.split(".")
+        for part in path:
+            parent = getattr(parent, part)
+        head = getattr(parent, leaf, None)
+        if isinstance(head, nn.Linear):
+            return parent, leaf, head
+        if isinstance(head, nn.Sequential):  # e.g. VGG's classifier: its last Linear
+            linears = [k for k, m in head.named_children() if isinstance(m, nn.Linear)]
+            if linears:
+                return head, linears[-1], getattr(head, linears[-1])
+        if attr is not None:
+            raise ValueError(
+                f"{owner}: argument 'attr' must name an nn.Linear (or a Sequential ending "
+                f"in one) of the model, got {attr!r} -> {type(head).__name__}"
+            )
+    if isinstance(model, nn.Sequential):
+        linears = [k for k, m in model.named_children() if isinstance(m, nn.Linear)]
+        if linears:
+            return model, linears[-1], getattr(model, linears[-1])
+    raise ValueError(
+        f"{owner}: argument 'model' must have a Linear head ({', '.join(HEAD_ATTRIBUTES)} "
+        f"or a Sequential's last Linear), got {type(model).__name__}; pass attr='...'"
+    )
+
+
+def strip_head(model: nn.Module, *, attr: str | None = None) -> tuple[nn.Module, int]:
+    """Replace a model's linear classifier head by ``nn.Identity``, in place.
+
+    The head is ``model.<attr>`` if given (dotted paths such as ``"classifier.6"`` work),
+    else the first of :data:`HEAD_ATTRIBUTES` that is an ``nn.Linear`` or a
+    ``Sequential`` holding one (its last ``Linear`` is replaced, so the dropout before it
+    stays), else a ``Sequential`` model's last ``Linear``. Layers after the replaced
+    ``Linear`` in a ``Sequential`` (e.g. a softmax) are kept: remove them yourself.
+
+    Args:
+        model: e.g. ``torchvision.models.resnet18()`` or an ``nn.Sequential``.
+        attr: the head's attribute name (default: found as above).
+
+    Returns:
+        tuple[nn.Module, int]: ``model`` itself, now mapping inputs to ``[B, D]``, and the
+        head's ``in_features`` ``D`` (the kernel layer's ``in_features``).
+
+    Raises:
+        ValueError: no linear head found, or ``attr`` names something else.
+    """
+    parent, name, head = _find_head(model, attr)
+    setattr(parent, name, nn.Identity())
+    return model, head.in_features
+
+
+def with_kernel_head(
+    model: nn.Module,
+    kernel_layer: nn.Module,
+    *,
+    num_classes: int,
+    attr: str | None = None,
+    **kwargs: Any,
+) -> KernelClassifier:
+    """A :class:`~kernel_layers.KernelClassifier` with ``model``'s head replaced.
+
+    ``model`` loses its linear head (:func:`strip_head`, in place) and becomes the
+    backbone; ``kernel_layer`` takes the head's inputs; the read-out is the classifier's
+    (a closed-form ridge head for DI, a linear softmax layer for ``objective="ce"``).
+
+    Args:
+        model: a network ending in a linear classifier.
+        kernel_layer: e.g. ``NystromLayer(D, J, gamma=...)`` with ``D`` the head's
+            ``in_features``.
+        num_classes: number of classes.
+        attr: the head's attribute name (default: found by :func:`strip_head`).
+        **kwargs: further :class:`~kernel_layers.KernelClassifier` arguments
+            (``objective``, ``lr``, ``backbone_lr``, ``init_landmarks``, ...).
+
+    Returns:
+        KernelClassifier: with ``backbone=model``.
+
+    Raises:
+        ValueError: the kernel layer's ``in_features`` differs from the head's.
+    """
+    width = getattr(kernel_layer, "in_features", None)
+    _, parent_name, head = _find_head(model, attr)
+    if width is not None and width != head.in_features:
+        raise ValueError(
+            f"with_kernel_head: argument 'kernel_layer' must have in_features="
+            f"{head.in_features} (the input width of the replaced head {parent_name!r}), "
+            f"got {width}"
+        )
+    backbone, _ = strip_head(model, attr=attr)
+    return KernelClassifier(kernel_layer, num_classes=num_classes, backbone=backbone, **kwargs)

@@ -1,0 +1,120 @@
+"""Fault tolerance: SIGKILL mid-epoch, resume from ``last``, identical final state.
+
+The runs happen in subprocesses (``tests/resume_script.py``): one uninterrupted, one
+killed with SIGKILL between the backward pass and the optimiser step of global step 12
+(epoch 2, batch 3 of 5), then resumed with ``ckpt_path="last"`` and
+``weights_only=True``. The kill-and-resume run must end bit-identical to the
+uninterrupted one: kernel layer, ridge head, optimiser (Adam moments, decayed learning
+rates), PlateauDecay / DISaturationStopping state, global step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from kernel_layers import KernelClassifier, NystromLayer
+
+SCRIPT = Path(__file__).with_name("resume_script.py")
+KILL_AT = 12
+
+
+def _run(out: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+
+
+def _wait(proc: subprocess.Popen) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=600)
+    return proc.returncode, out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("resume")
+    plain, killed = root / "plain", root / "killed"
+    procs = [_run(plain), _run(killed, "--kill-at", str(KILL_AT))]  # in parallel
+    (rc_plain, log_plain), (rc_killed, log_killed) = (_wait(p) for p in procs)
+    assert rc_plain == 0, log_plain
+    assert rc_killed == -signal.SIGKILL, log_killed
+    assert not (killed / "final.pt").exists()
+    rc, log = _wait(_run(killed, "--resume"))
+    assert rc == 0, log
+    assert "Restored all states from the checkpoint" in log
+    assert "not resumable" not in log  # the loader's position was restored
+    return {"plain": plain, "killed": killed}
+
+
+def _assert_same(a: object, b: object, where: str) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            _assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_sigkill_mid_epoch_resumes_to_identical_state(runs: dict[str, Path]) -> None:
+    plain = torch.load(runs["plain"] / "final.pt", weights_only=True)
+    resumed = torch.load(runs["killed"] / "final.pt", weights_only=True)
+    _assert_same(plain, resumed, "final")
+    # the run exercised the schedule: decays happened and the stopping rule fired
+    assert plain["plateau"]["decay_epochs"] and plain["stopping"]["stopped_epoch"] > 0
+    assert plain["global_step"] > KILL_AT
+    assert plain["model"]["landmarks_initialised"]
+    assert plain["optimizer"]["param_groups"][0]["lr"] < 0.05
+
+
+def test_last_checkpoint_loads_with_weights_only(runs: dict[str, Path]) -> None:
+    path = runs["killed"] / "ckpt" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["state_dict"]["kernel_layer.landmarks"].shape == (12, 5)
+    model = KernelClassifier.load_from_checkpoint(
+        path, kernel_layer=NystromLayer(5, 12, gamma=2.0), weights_only=True
+    )
+    assert bool(model.landmarks_initialised)
+    saved = checkpoint["state_dict"]["kernel_layer.landmarks"]
+    assert torch.equal(model.kernel_layer.landmarks, saved)
+
+
+def test_loading_a_checkpoint_of_another_shape_explains(runs: dict[str, Path]) -> None:
+    path = runs["killed"] / "ckpt" / "last.ckpt"
+    match = (
+        r"KernelClassifier: the checkpoint does not fit the model's layers: "
+        r"'kernel_layer.landmarks': checkpoint \[12, 5\], model \[7, 5\]"
+    )
+    with pytest.raises(ValueError, match=match):
+        KernelClassifier.load_from_checkpoint(path, kernel_layer=NystromLayer(5, 7, gamma=2.0))
+    sys.path.insert(0, str(SCRIPT.parent))
+    from resume_script import data
+
+    model = KernelClassifier(NystromLayer(5, 7, gamma=2.0), num_classes=3)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(ValueError, match=match):
+        trainer.fit(model, data(), ckpt_path=str(path), weights_only=True)
