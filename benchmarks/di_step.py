@@ -15,16 +15,30 @@ measured round-robin (``--repeats`` rounds), and prints the median per-round rat
 ``ours / floor`` and ``naive / floor`` with the peak memory of the step
 (CUDA: ``max_memory_allocated``; CPU: peak RSS growth of a fresh subprocess).
 
+Two more tables follow in the same run (skip them with ``--no-throughput`` /
+``--no-memory-scaling``):
+
+* **feature-map throughput** at the same ``(B, d, J)``: our layers' forward pass (no
+  gradient; the Nystrom forward includes its ``K_Z`` Cholesky factorisation) against
+  scikit-learn's ``Nystroem(n_components=J).fit_transform`` (landmark draw, ``K_Z`` SVD and
+  transform) and ``RBFSampler(n_components=J).fit_transform`` on the same ``B x d``
+  float32 data, in rows per second, timed round-robin.
+* **memory scaling**: the peak memory of one DI step for ``J`` in ``--scaling-dims``
+  with ``B = 2J`` and ``d = 784``, against ``(B J + J^2) x itemsize`` and their ratio
+  (constant when the peak follows ``B J + J^2``).
+
 Usage::
 
     python benchmarks/di_step.py                       # the three sizes of the issue, CPU
     python benchmarks/di_step.py --device cuda --dtype float32 float64
+    python benchmarks/di_step.py --no-throughput --no-memory-scaling   # first table only
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -34,11 +48,18 @@ from collections.abc import Callable
 
 import torch
 
-from kernel_layers import FourierLayer, discriminant_information, nystrom_discriminant_information
+from kernel_layers import (
+    FourierLayer,
+    NystromLayer,
+    discriminant_information,
+    nystrom_discriminant_information,
+)
 
 SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
 NUM_CLASSES = 10
 GAMMA = 0.01
+#: glibc mmap threshold (bytes) of the memory-scaling subprocesses (see :func:`peak_memory`).
+MMAP_THRESHOLD = 1 << 17
 
 
 def _sync(device: torch.device) -> None:
@@ -181,14 +202,121 @@ def measure_peak(layer: str, b: int, d: int, j: int, device: str, dtype: str) ->
     return (_status_kib("VmHWM") - base) / 1024
 
 
-def peak_memory(layer: str, b: int, d: int, j: int, device: str, dtype: str) -> float:
-    """:func:`measure_peak` in a fresh subprocess (so earlier runs do not pollute it)."""
+def peak_memory(
+    layer: str,
+    b: int,
+    d: int,
+    j: int,
+    device: str,
+    dtype: str,
+    *,
+    mmap_threshold: int | None = None,
+) -> float:
+    """:func:`measure_peak` in a fresh subprocess (so earlier runs do not pollute it).
+
+    ``mmap_threshold`` (bytes) fixes glibc's ``MALLOC_MMAP_THRESHOLD_`` in the subprocess, so
+    every larger buffer is mapped on allocation and unmapped on release: the resident-set
+    high-water mark then sees each step's buffers even when a warm-up step freed same-sized
+    ones (glibc's default dynamic threshold keeps such blocks resident and reuses them).
+    """
+    env = dict(os.environ)
+    if mmap_threshold is not None:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     code = (
         "import sys; sys.path.insert(0, 'benchmarks'); from di_step import measure_peak;"
         f"print(measure_peak('{layer}', {b}, {d}, {j}, '{device}', '{dtype}'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def make_maps(
+    b: int, d: int, j: int, device: torch.device, dtype: torch.dtype
+) -> dict[str, Callable[[], object]]:
+    """Feature-map closures on the same ``B x d`` data: ours (forward) vs scikit-learn."""
+    from sklearn.kernel_approximation import Nystroem, RBFSampler
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(b, d, generator=gen).to(device, dtype)
+    x_np = x.cpu().numpy()
+    fourier = FourierLayer(d, j, gamma=GAMMA, seed=0, device=device, dtype=dtype)
+    nystrom = NystromLayer(d, j, gamma=GAMMA, landmarks=x[:j].clone(), device=device, dtype=dtype)
+
+    @torch.no_grad()
+    def ours_fourier() -> None:
+        fourier(x)
+
+    @torch.no_grad()
+    def ours_nystrom() -> None:
+        nystrom(x)
+
+    def sk_nystroem() -> None:
+        Nystroem(gamma=GAMMA, n_components=j, random_state=0).fit_transform(x_np)
+
+    def sk_rbf() -> None:
+        RBFSampler(gamma=GAMMA, n_components=j, random_state=0).fit_transform(x_np)
+
+    return {
+        "fourier": ours_fourier,
+        "rbfsampler": sk_rbf,
+        "nystrom": ours_nystrom,
+        "nystroem": sk_nystroem,
+    }
+
+
+def throughput_table(
+    sizes: list[tuple[int, int, int]], device: torch.device, dtype: torch.dtype, repeats: int
+) -> list[dict[str, float]]:
+    """Print and return the feature-map throughput table (ours vs scikit-learn)."""
+    print(
+        "\n| B | d | J | FourierLayer ms | RBFSampler ms | NystromLayer ms | Nystroem ms | "
+        "Fourier rows/s | RBFSampler rows/s | Nystrom rows/s | Nystroem rows/s |"
+    )
+    print("|---" * 11 + "|")
+    rows = []
+    for b, d, j in sizes:
+        t = time_interleaved(make_maps(b, d, j, device, dtype), device, repeats)
+        ms = {k: 1e3 * statistics.median(v) for k, v in t.items()}
+        rate = {k: b / (v / 1e3) for k, v in ms.items()}
+        rows.append({"B": b, "d": d, "J": j, **{f"{k}_ms": v for k, v in ms.items()}})
+        print(
+            f"| {b} | {d} | {j} | {ms['fourier']:.1f} | {ms['rbfsampler']:.1f} | "
+            f"{ms['nystrom']:.1f} | {ms['nystroem']:.1f} | {rate['fourier']:.3g} | "
+            f"{rate['rbfsampler']:.3g} | {rate['nystrom']:.3g} | {rate['nystroem']:.3g} |",
+            flush=True,
+        )
+    return rows
+
+
+def memory_scaling_table(
+    dims: list[int], layers: list[str], device: str, dtype_name: str, d: int = 784
+) -> list[dict[str, float]]:
+    """Print and return peak memory of one DI step for ``B = 2J`` vs ``B J + J^2``."""
+    itemsize = getattr(torch, dtype_name).itemsize
+    print(
+        "\n| layer | B | d | J | peak MiB | (BJ+J^2) x itemsize MiB | peak / (BJ+J^2) | "
+        "growth vs previous J | (BJ+J^2) growth |"
+    )
+    print("|---" * 9 + "|")
+    rows = []
+    for layer in layers:
+        prev = None
+        for j in dims:
+            b = 2 * j
+            peak = peak_memory(layer, b, d, j, device, dtype_name, mmap_threshold=MMAP_THRESHOLD)
+            theory = (b * j + j * j) * itemsize / 2**20
+            growth = f"{peak / prev[0]:.2f}x" if prev and prev[0] > 0 else "-"
+            tgrowth = f"{theory / prev[1]:.2f}x" if prev else "-"
+            prev = (peak, theory)
+            rows.append({"layer": layer, "B": b, "d": d, "J": j, "peak_mib": peak})
+            print(
+                f"| {layer} | {b} | {d} | {j} | {peak:.0f} | {theory:.1f} | "
+                f"{peak / theory:.2f} | {growth} | {tgrowth} |",
+                flush=True,
+            )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,6 +331,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-naive", action="store_true", help="skip the plain-autograd step")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--no-throughput", action="store_true", help="skip the ours-vs-scikit-learn map table"
+    )
+    parser.add_argument(
+        "--no-memory-scaling", action="store_true", help="skip the B = 2J memory table"
+    )
+    parser.add_argument(
+        "--scaling-dims",
+        nargs="+",
+        type=int,
+        default=[500, 1000, 2000, 3000],
+        help="J values of the memory-scaling table (B = 2J, d = 784)",
+    )
     args = parser.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     device = torch.device(args.device)
@@ -254,9 +395,18 @@ def main(argv: list[str] | None = None) -> None:
                     f"{row['naive_ratio']:.2f} | {mem:.0f} | {theory:.0f} |",
                     flush=True,
                 )
+    extra: dict[str, list[dict[str, float]]] = {}
+    if not args.no_throughput:
+        extra["throughput"] = throughput_table(
+            sizes, device, getattr(torch, args.dtype[0]), args.repeats
+        )
+    if not args.no_memory_scaling:
+        extra["memory_scaling"] = memory_scaling_table(
+            args.scaling_dims, args.layers, args.device, args.dtype[0]
+        )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+            json.dump({"steps": rows, **extra} if extra else rows, fh, indent=1)
 
 
 if __name__ == "__main__":
