@@ -1,0 +1,191 @@
+"""Time to accuracy: the DI stopping rule vs the reference code's fixed schedule.
+
+Trains DI-Nystrom (``reproduce.py``'s ``di-nystrom``: random-row landmarks, NysDI, Adam)
+twice per seed on the same data, from the same initial landmarks:
+
+* ``adaptive``: :class:`callbacks.PlateauDecay` (lr x0.1 when ``train/di_epoch``
+  saturates, patience ``--decay-patience``) + :class:`callbacks.DISaturationStopping`
+  (stop when DI fails to improve after a decay), at most ``--epochs`` epochs;
+* ``fixed``: the DI paper's reference implementation: ``--epochs`` epochs (500), lr x0.1
+  every ``--step`` epochs (100), no early stop.
+
+Reports epochs, wall time of ``fit`` and the ridge read-out's test accuracy of each, and
+writes ``<out>/time_to_accuracy_<dataset>.csv``.
+
+Usage::
+
+    python benchmarks/time_to_accuracy.py --dataset digits --dims 100 --repeats 3
+    python benchmarks/time_to_accuracy.py --dataset fashion-mnist \\
+        --root /tmp/fmnist/x/usr/share/datasets/fashion-mnist --dims 100 --epochs 50 --step 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch import Callback, seed_everything
+from typing_extensions import override
+
+from kernel_layers import KernelClassifier
+from kernel_layers.gamma import gamma_heuristic
+
+try:  # run as a script from the repository root or as benchmarks.time_to_accuracy
+    from reproduce import (
+        DATASETS,
+        RHO,
+        evaluate,
+        features_of,
+        make_datamodule,
+        make_layer,
+        quiet_lightning,
+        train,
+    )
+except ImportError:  # pragma: no cover
+    from benchmarks.reproduce import (
+        DATASETS,
+        RHO,
+        evaluate,
+        features_of,
+        make_datamodule,
+        make_layer,
+        quiet_lightning,
+        train,
+    )
+
+
+class StepDecay(Callback):
+    """``StepLR``: multiply every param group's lr by ``factor`` every ``step`` epochs.
+
+    Args:
+        step: epochs between decays (``>= 1``).
+        factor: multiplier in ``(0, 1)``.
+    """
+
+    def __init__(self, step: int, factor: float = 0.1) -> None:
+        super().__init__()
+        self.step, self.factor = step, factor
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if (trainer.current_epoch + 1) % self.step == 0:
+            for opt in trainer.optimizers:
+                for group in opt.param_groups:
+                    group["lr"] *= self.factor
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Both schedules for every ``J`` and seed; returns the CSV rows."""
+    rows = []
+    for j in args.dims:
+        dm = make_datamodule(args.dataset, j, root=args.root)
+        dm.setup("fit")
+        x_train, y_train = dm.train_dataset.tensors
+        x_test, y_test = dm.test_dataset.tensors
+        gamma = args.gamma if args.gamma is not None else gamma_heuristic(x_train)
+        for repeat in range(args.repeats):
+            for schedule in ("adaptive", "fixed"):
+                seed_everything(repeat, workers=True, verbose=False)
+                layer = make_layer("di-nystrom", x_train, j, gamma, seed=repeat)
+                model = KernelClassifier(
+                    layer, num_classes=dm.num_classes, objective="di", rho=RHO, lr=args.lr
+                )
+                adaptive = schedule == "adaptive"
+                epochs, decays, reason, seconds = train(
+                    model,
+                    dm,
+                    max_epochs=args.epochs,
+                    decay_patience=args.decay_patience,
+                    extra_callbacks=() if adaptive else (StepDecay(args.step),),
+                    adaptive=adaptive,
+                )
+                if not adaptive:
+                    decays = epochs // args.step
+                res = evaluate(
+                    features_of(model.kernel_layer, x_train),
+                    y_train,
+                    features_of(model.kernel_layer, x_test),
+                    y_test,
+                    dm.num_classes,
+                    svm=False,
+                )
+                row = {
+                    "dataset": args.dataset,
+                    "J": j,
+                    "repeat": repeat,
+                    "schedule": schedule,
+                    "epochs": epochs,
+                    "decays": decays,
+                    "stop_reason": reason,
+                    "seconds": seconds,
+                    "train_acc": res.train_acc,
+                    "test_acc": res.test_acc,
+                    "test_mse": res.test_mse,
+                }
+                rows.append(row)
+                print(
+                    f"{args.dataset} J={j} r={repeat} {schedule:8s} epochs {epochs:4d} "
+                    f"decays {decays} {seconds:7.1f}s test {100 * res.test_acc:.2f}%",
+                    flush=True,
+                )
+    return rows
+
+
+def summary_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown table: mean ± std over seeds per ``(J, schedule)``."""
+
+    def ms(values: list[float], scale: float = 1.0, fmt: str = ".1f") -> str:
+        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{scale * statistics.fmean(values):{fmt}} ± {scale * std:{fmt}}"
+
+    lines = [
+        "| J | schedule | epochs | fit seconds | test acc (%) |",
+        "|---|---|---|---|---|",
+    ]
+    for j in sorted({r["J"] for r in rows}):
+        for schedule in ("adaptive", "fixed"):
+            sel = [r for r in rows if r["J"] == j and r["schedule"] == schedule]
+            lines.append(
+                f"| {j} | {schedule} | {ms([r['epochs'] for r in sel])} | "
+                f"{ms([r['seconds'] for r in sel])} | "
+                f"{ms([r['test_acc'] for r in sel], 100, '.2f')} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Parse arguments, run, write the CSV and print the table."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dataset", choices=DATASETS, default="digits")
+    p.add_argument("--root", default=None)
+    p.add_argument("--dims", type=int, nargs="+", default=[100])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--gamma", type=float, default=None)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--epochs", type=int, default=500, help="fixed schedule length (and cap)")
+    p.add_argument("--step", type=int, default=100, help="fixed schedule: lr x0.1 every step")
+    p.add_argument("--decay-patience", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = p.parse_args(argv)
+    quiet_lightning()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = run(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"time_to_accuracy_{args.dataset}.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(summary_table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
