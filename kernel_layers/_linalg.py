@@ -14,6 +14,7 @@ __all__ = [
     "MAX_JITTER_TRIES",
     "SOLVE_DTYPE",
     "autocast_off",
+    "refuse_double_backward",
     "robust_cholesky",
     "upcast",
 ]
@@ -85,3 +86,19 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
         f"{eps / JITTER_GROWTH:.1e} x mean diagonal; the matrix of shape "
         f"{list(matrix.shape)} is not positive semi-definite (non-finite or corrupted input?)"
     )
+
+
+def refuse_double_backward(owner: str) -> None:
+    """Raise inside a closed-form ``backward`` when a graph of it is requested.
+
+    The closed-form backward passes are once differentiable; with ``create_graph=True``
+    their output would silently act as a constant, so refuse instead.
+
+    Raises:
+        RuntimeError: grad mode is on during the backward pass (``create_graph=True``).
+    """
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            f"{owner}: double backward (create_graph=True) is not supported: the "
+            "closed-form backward is once differentiable"
+        )

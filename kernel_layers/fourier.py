@@ -10,7 +10,7 @@ from numbers import Integral
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import autocast_off, upcast
+from kernel_layers._linalg import autocast_off, refuse_double_backward, upcast
 from kernel_layers._random import make_generator
 from kernel_layers._validation import check_dtype, check_features, check_int, check_positive
 from kernel_layers.kernels import Kernel, get_kernel, spectral_quantiles
@@ -38,11 +38,7 @@ class _CosineFeatures(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                "FourierLayer: double backward (create_graph=True) is not "
-                "supported: the closed-form backward is once differentiable"
-            )
+        refuse_double_backward("FourierLayer")
         return _CosineFeatures._backward(ctx, grad)
 
     @staticmethod

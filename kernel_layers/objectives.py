@@ -33,7 +33,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from kernel_layers._linalg import SOLVE_DTYPE, autocast_off, robust_cholesky, upcast
+from kernel_layers._linalg import (
+    SOLVE_DTYPE,
+    autocast_off,
+    refuse_double_backward,
+    robust_cholesky,
+    upcast,
+)
 from kernel_layers._validation import (
     check_dtype,
     check_finite,
@@ -314,11 +320,7 @@ class _DIFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                "discriminant_information: double backward (create_graph=True) is not "
-                "supported: the closed-form backward is once differentiable"
-            )
+        refuse_double_backward("discriminant_information")
         return _DIFunction._backward(ctx, grad)
 
     @staticmethod
