@@ -10,6 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+from tests.test_data import make_mnist_dir, write_covtype, write_letter
+
 reproduce = pytest.importorskip("reproduce")
 
 
@@ -32,6 +34,41 @@ def test_quick_digits(tmp_path: Path) -> None:
     assert len(written) == len(methods) and set(written[0]) == set(reproduce.FIELDS)
     assert (tmp_path / "digits_accuracy.png").stat().st_size > 0
     assert (tmp_path / "digits_mse.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("dataset", "classes"), [("mnist", 10), ("fashion-mnist", 10), ("covtype", 7), ("letter", 26)]
+)
+def test_quick_runs_unchanged_on_the_paper_datasets(
+    tmp_path: Path, dataset: str, classes: int
+) -> None:
+    """The same protocol reads each dataset from files in its real format (no network)."""
+    root = tmp_path / "data"
+    if dataset.endswith("mnist"):
+        make_mnist_dir(root)
+    elif dataset == "covtype":
+        root.mkdir()
+        write_covtype(root / "covtype.data.gz", n=200)
+    else:
+        root.mkdir()
+        write_letter(root / "letter-recognition.data", n=200)
+    methods = ["standard-nystrom", "di-fourier", "ls-nystrom"]
+    rows = reproduce.main(
+        [
+            *("--dataset", dataset, "--root", str(root), "--quick", "--dims", "12"),
+            *("--max-epochs", "1", "--methods", *methods, "--out", str(tmp_path)),
+        ]
+    )
+    assert [r["method"] for r in rows] == methods
+    for row in rows:
+        assert row["dataset"] == dataset and row["J"] == 12
+        assert 0.0 <= row["test_acc"] <= 1.0 and 0.0 <= row["svm_test_acc"] <= 1.0
+        assert math.isfinite(row["train_mse"]) and math.isfinite(row["test_mse"])
+        assert 0.0 < row["gamma"] < math.inf
+    assert rows[1]["epochs"] == 1 and rows[1]["batch_size"] > 12
+    # An intercept alone leaves a one-hot train MSE of at most 1 - 1/classes; the 12 kernel
+    # features must explain part of the rest.
+    assert rows[0]["train_mse"] < 1.0 - 1.0 / classes - 0.01
 
 
 def test_expand_methods() -> None:
