@@ -37,14 +37,19 @@ LS and CE also report the accuracy of their own jointly trained read-out
 Outputs under ``--out``: ``<dataset>.csv`` (one row per method, map, J, repeat) and two
 figures, ``<dataset>_accuracy.png`` (test accuracy vs J per method, the paper's Figure 2)
 and ``<dataset>_mse.png`` (ridge train / test MSE vs J, DI vs LS, its Figure 1), with
-error bars = standard deviation over repeats.
+error bars = standard deviation over repeats. The script ends by printing two markdown
+tables: ridge accuracy ``method x J`` and the long per-``(method, J)`` table of
+``benchmarks/README.md`` (``--plot-only`` / ``--merge`` reprint them from CSVs).
 
 Usage::
 
     python benchmarks/reproduce.py --dataset digits --dims 100 300 1000 --repeats 3
     python benchmarks/reproduce.py --dataset fashion-mnist \\
         --root /tmp/fmnist/x/usr/share/datasets/fashion-mnist --dims 100 300 \\
-        --repeats 1 --max-epochs 10 --lr 1e-2 --svm-max-samples 10000
+        --repeats 3 --max-epochs 10 --svm-max-samples 5000
+    # parallel runs write their own CSVs (--tag), merged afterwards:
+    python benchmarks/reproduce.py --dataset fashion-mnist --tag fashion-mnist \\
+        --merge /tmp/a.csv /tmp/b.csv
     python benchmarks/reproduce.py --dataset mnist --root data --gamma 0.01   # network
     python benchmarks/reproduce.py --dataset digits --quick                   # smoke test
 """
@@ -499,7 +504,8 @@ def plot(rows: Sequence[dict[str, Any]], out: Path, dataset: str) -> list[Path]:
         ax.set_ylabel("ridge MSE (one-hot targets)")
         ax.set_title(f"{dataset}: {kind} maps, DI vs LS")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / f"{dataset}_mse.png")
     fig.savefig(paths[-1], dpi=110)
@@ -511,6 +517,14 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
     """Rows of a CSV written by :func:`main` (numbers as strings are converted on use)."""
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``rows`` (dicts with the :data:`FIELDS` keys) to ``path`` with a header."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str:
@@ -528,6 +542,33 @@ def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str
             else:
                 cells.append("")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def results_table(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per ``(method, J)``: accuracies ``mean ± std`` (%), MSEs, epochs, seconds.
+
+    The long table of ``benchmarks/README.md``; means over repeats, ``-`` where a read-out
+    was skipped.
+    """
+    acc = {k: _summary(rows, k) for k in ("test_acc", "svm_test_acc")}
+    mean = {k: _summary(rows, k) for k in ("train_mse", "test_mse", "epochs", "seconds")}
+    count: dict[tuple[str, int], int] = defaultdict(int)
+    for row in rows:
+        count[(row["method"], int(row["J"]))] += 1
+    keys = sorted(count, key=lambda k: (k[1], list(METHODS).index(k[0])))
+    lines = [
+        "| method | J | repeats | ridge acc | SVM acc | train MSE | test MSE | epochs | train s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in keys:
+        cells = []
+        for name in ("test_acc", "svm_test_acc"):
+            m, sd = acc[name].get(key, (math.nan, math.nan))
+            cells.append("-" if math.isnan(m) else f"{100 * m:.2f} ± {100 * sd:.2f}")
+        cells += [f"{mean['train_mse'][key][0]:.4f}", f"{mean['test_mse'][key][0]:.4f}"]
+        cells += [f"{mean['epochs'][key][0]:.0f}", f"{mean['seconds'][key][0]:.0f}"]
+        lines.append(f"| {key[0]} | {key[1]} | {count[key]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -563,6 +604,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
     p.add_argument("--tag", default=None, help="file stem (default: the dataset name)")
     p.add_argument("--append", action="store_true", help="append to an existing CSV")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="CSV",
+        help="concatenate CSVs of parallel runs into <out>/<tag>.csv, then plot",
+    )
     p.add_argument("--plot-only", action="store_true", help="re-plot the existing CSV")
     p.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK}")
     return p
@@ -582,10 +630,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     stem = args.tag or args.dataset
     csv_path = out / f"{stem}.csv"
-    if args.plot_only:
+    if args.merge:
+        rows = [row for path in args.merge for row in read_csv(Path(path))]
+        write_csv(csv_path, rows)
+    if args.plot_only or args.merge:
         rows = read_csv(csv_path)
         plot(rows, out, stem)
-        print(markdown_table(rows))
+        print(markdown_table(rows), results_table(rows), sep="\n\n")
         return rows
     methods = expand_methods(args.methods)
     previous = read_csv(csv_path) if args.append and csv_path.exists() else []
@@ -622,7 +673,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     )
     all_rows = previous + rows
     plot(all_rows, out, stem)
-    print(markdown_table(all_rows))
+    print(markdown_table(all_rows), results_table(all_rows), sep="\n\n")
     return rows
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -79,3 +80,25 @@ def test_expand_methods() -> None:
     ]
     with pytest.raises(ValueError, match="unknown method 'svm'"):
         reproduce.expand_methods(["svm"])
+
+
+def test_merge_of_parallel_runs_reports_mean_and_std(tmp_path: Path) -> None:
+    common = ["--dataset", "digits", "--quick", "--dims", "16", "--max-epochs", "1"]
+    common += ["--methods", "standard-nystrom", "di-fourier", "--no-svm", "--out", str(tmp_path)]
+    first = reproduce.main([*common, "--tag", "a", "--first-repeat", "0"])
+    second = reproduce.main([*common, "--tag", "b", "--first-repeat", "1"])
+    merged = reproduce.main(
+        [*common, "--tag", "both", "--merge", str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    )
+    assert [(r["method"], int(r["repeat"])) for r in merged] == [
+        (r["method"], r["repeat"]) for r in first + second
+    ]
+    assert (tmp_path / "both_accuracy.png").stat().st_size > 0
+    table = reproduce.results_table(merged).splitlines()
+    assert table[0].startswith("| method | J | repeats | ridge acc | SVM acc |")
+    row = next(line for line in table if line.startswith("| di-fourier | 16 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    accs = [100 * r["test_acc"] for r in first + second if r["method"] == "di-fourier"]
+    assert cells[2] == "2" and cells[4] == "-"  # two repeats; the SVM was skipped
+    assert cells[3] == f"{statistics.fmean(accs):.2f} ± {statistics.stdev(accs):.2f}"
+    assert float(cells[7]) == 1  # epochs
