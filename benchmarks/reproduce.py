@@ -548,8 +548,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     """One line per ``(method, J)``: accuracies ``mean ± std`` (%), MSEs, epochs, seconds.
 
-    The long table of ``benchmarks/README.md``; means over repeats, ``-`` where a read-out
-    was skipped.
+    The long table of ``benchmarks/README.md``; means over repeats (no ``± std`` for a
+    single repeat), ``-`` where a read-out was skipped.
     """
     acc = {k: _summary(rows, k) for k in ("test_acc", "svm_test_acc")}
     mean = {k: _summary(rows, k) for k in ("train_mse", "test_mse", "epochs", "seconds")}
@@ -565,7 +565,8 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
         cells = []
         for name in ("test_acc", "svm_test_acc"):
             m, sd = acc[name].get(key, (math.nan, math.nan))
-            cells.append("-" if math.isnan(m) else f"{100 * m:.2f} ± {100 * sd:.2f}")
+            spread = f" ± {100 * sd:.2f}" if count[key] > 1 else ""
+            cells.append("-" if math.isnan(m) else f"{100 * m:.2f}{spread}")
         cells += [f"{mean['train_mse'][key][0]:.4f}", f"{mean['test_mse'][key][0]:.4f}"]
         cells += [f"{mean['epochs'][key][0]:.0f}", f"{mean['seconds'][key][0]:.0f}"]
         lines.append(f"| {key[0]} | {key[1]} | {count[key]} | " + " | ".join(cells) + " |")

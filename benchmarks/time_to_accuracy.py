@@ -16,7 +16,10 @@ Usage::
 
     python benchmarks/time_to_accuracy.py --dataset digits --dims 100 --repeats 3
     python benchmarks/time_to_accuracy.py --dataset fashion-mnist \\
-        --root /tmp/fmnist/x/usr/share/datasets/fashion-mnist --dims 100 --epochs 50 --step 10
+        --root /tmp/fmnist/x/usr/share/datasets/fashion-mnist --dims 100 --repeats 1 \\
+        --first-repeat 1 --threads 1 --out /tmp/tta1      # one seed per process
+    python benchmarks/time_to_accuracy.py --dataset fashion-mnist \\
+        --merge /tmp/tta0/time_to_accuracy_fashion-mnist.csv /tmp/tta1/time_to_accuracy_fashion-mnist.csv
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ try:  # run as a script from the repository root or as benchmarks.time_to_accura
         make_datamodule,
         make_layer,
         quiet_lightning,
+        read_csv,
         train,
     )
 except ImportError:  # pragma: no cover
@@ -55,6 +59,7 @@ except ImportError:  # pragma: no cover
         make_datamodule,
         make_layer,
         quiet_lightning,
+        read_csv,
         train,
     )
 
@@ -88,7 +93,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         x_train, y_train = dm.train_dataset.tensors
         x_test, y_test = dm.test_dataset.tensors
         gamma = args.gamma if args.gamma is not None else gamma_heuristic(x_train)
-        for repeat in range(args.repeats):
+        for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
             for schedule in ("adaptive", "fixed"):
                 seed_everything(repeat, workers=True, verbose=False)
                 layer = make_layer("di-nystrom", x_train, j, gamma, seed=repeat)
@@ -136,6 +141,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _typed(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row with its numbers parsed back (``J`` as int, timings and scores as float)."""
+    out: dict[str, Any] = dict(row)
+    for key in ("J", "repeat", "epochs", "decays"):
+        out[key] = int(row[key])
+    for key in ("seconds", "train_acc", "test_acc", "test_mse"):
+        out[key] = float(row[key])
+    return out
+
+
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """Markdown table: mean ± std over seeds per ``(J, schedule)``."""
 
@@ -165,6 +180,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--root", default=None)
     p.add_argument("--dims", type=int, nargs="+", default=[100])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--first-repeat", type=int, default=0, help="seed of the first repeat")
     p.add_argument("--gamma", type=float, default=None)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--epochs", type=int, default=500, help="fixed schedule length (and cap)")
@@ -172,13 +188,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--decay-patience", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="CSV",
+        help="concatenate CSVs of parallel runs into the output CSV and print the table",
+    )
     args = p.parse_args(argv)
-    quiet_lightning()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    rows = run(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        rows = [_typed(row) for path in args.merge for row in read_csv(Path(path))]
+    else:
+        quiet_lightning()
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        rows = run(args)
     with open(out / f"time_to_accuracy_{args.dataset}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
