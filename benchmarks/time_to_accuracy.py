@@ -19,7 +19,8 @@ Usage::
         --root /tmp/fmnist/x/usr/share/datasets/fashion-mnist --dims 100 --repeats 1 \\
         --first-repeat 1 --threads 1 --out /tmp/tta1      # one seed per process
     python benchmarks/time_to_accuracy.py --dataset fashion-mnist \\
-        --merge /tmp/tta0/time_to_accuracy_fashion-mnist.csv /tmp/tta1/time_to_accuracy_fashion-mnist.csv
+        --merge /tmp/tta0/time_to_accuracy_fashion-mnist.csv \\
+                /tmp/tta1/time_to_accuracy_fashion-mnist.csv
 """
 
 from __future__ import annotations
