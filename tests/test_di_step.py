@@ -1,0 +1,53 @@
+"""The DI-step benchmark (benchmarks/di_step.py): its baselines and reports are correct."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernel_layers import discriminant_information
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+di_step = pytest.importorskip("di_step")
+
+
+def test_naive_baseline_is_the_same_objective() -> None:
+    """The plain-autograd step the ratios compare against computes the library's DI."""
+    gen = torch.Generator().manual_seed(3)
+    phi = torch.randn(300, 40, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, 10, (300,), generator=gen)
+    y = torch.nn.functional.one_hot(labels, 10).double()
+    y = y / y.sum(0).clamp_min(1).sqrt()
+    naive = di_step._naive_di(phi, y, 1e-4 * torch.eye(40, dtype=torch.float64))
+    ours = discriminant_information(phi, labels, rho=1e-4, num_classes=10)
+    torch.testing.assert_close(naive, ours, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("layer", ["fourier", "nystrom"])
+def test_float32_agreement(layer: str) -> None:
+    # d = 54 (CovType's width) keeps K_Z well conditioned at gamma = 0.01; the bar is the
+    # GPU target's 1e-4 relative DI difference.
+    row = di_step.agreement(layer, 400, 54, 100, torch.device("cpu"))
+    assert 0 < row["di64"] <= di_step.NUM_CLASSES - 1
+    assert row["rel_di"] == abs(row["di32"] - row["di64"]) / row["di64"]
+    assert row["rel_di"] < 1e-4 and row["rel_grad"] < 1e-3
+
+
+def test_main_writes_rows(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    di_step.main(
+        [
+            *("--sizes", "150,8,40", "--repeats", "2", "--no-memory", "--no-throughput"),
+            *("--no-memory-scaling", "--json", str(out)),
+        ]
+    )
+    data = json.loads(out.read_text())
+    assert [(r["layer"], r["J"]) for r in data["steps"]] == [("fourier", 40), ("nystrom", 40)]
+    for row in data["steps"]:
+        assert row["ours_ms"] > 0 and row["floor_ms"] > 0 and row["ratio"] > 0
+    assert [r["layer"] for r in data["agreement"]] == ["fourier", "nystrom"]
