@@ -446,7 +446,7 @@ def plot(rows: Sequence[dict[str, Any]], out: Path, dataset: str) -> list[Path]:
 
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
     paths = []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.2), sharey=False)
     for ax, key, title in (
         (axes[0], "test_acc", "ridge read-out"),
         (axes[1], "svm_test_acc", "LinearSVC read-out"),
@@ -473,8 +473,9 @@ def plot(rows: Sequence[dict[str, Any]], out: Path, dataset: str) -> list[Path]:
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{dataset}: {title}")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    # One legend beside both panels, so that no point hides behind it.
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0.0, 0.0, 0.86, 1.0))
     paths.append(out / f"{dataset}_accuracy.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
@@ -527,9 +528,28 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def _repeats(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    """``(method, J) -> number of rows`` (repeats)."""
+    count: dict[tuple[str, int], int] = defaultdict(int)
+    for row in rows:
+        count[(row["method"], int(row["J"]))] += 1
+    return count
+
+
+def _percent(mean: float, std: float, repeats: int) -> str:
+    """``mean ± std`` in percent; the mean alone for one repeat, ``-`` for a skipped value."""
+    if math.isnan(mean):
+        return "-"
+    return f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if repeats > 1 else "")
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str:
-    """``method x J`` table of ``key`` in percent, ``mean ± std`` over repeats."""
+    """``method x J`` table of ``key`` in percent, ``mean ± std`` over repeats.
+
+    No ``± std`` for a single repeat; an empty cell where a method was not run at a ``J``.
+    """
     summary = _summary(rows, key)
+    count = _repeats(rows)
     js = sorted({j for _, j in summary})
     methods = [m for m in METHODS if any(m == k[0] for k in summary)]
     lines = ["| method | " + " | ".join(f"J={j}" for j in js) + " |", "|---" * (len(js) + 1) + "|"]
@@ -537,8 +557,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str
         cells = []
         for j in js:
             if (m, j) in summary:
-                mean, std = summary[(m, j)]
-                cells.append(f"{100 * mean:.2f} ± {100 * std:.2f}")
+                cells.append(_percent(*summary[(m, j)], count[(m, j)]))
             else:
                 cells.append("")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
@@ -553,9 +572,7 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     """
     acc = {k: _summary(rows, k) for k in ("test_acc", "svm_test_acc")}
     mean = {k: _summary(rows, k) for k in ("train_mse", "test_mse", "epochs", "seconds")}
-    count: dict[tuple[str, int], int] = defaultdict(int)
-    for row in rows:
-        count[(row["method"], int(row["J"]))] += 1
+    count = _repeats(rows)
     keys = sorted(count, key=lambda k: (k[1], list(METHODS).index(k[0])))
     lines = [
         "| method | J | repeats | ridge acc | SVM acc | train MSE | test MSE | epochs | train s |",
@@ -564,9 +581,7 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     for key in keys:
         cells = []
         for name in ("test_acc", "svm_test_acc"):
-            m, sd = acc[name].get(key, (math.nan, math.nan))
-            spread = f" ± {100 * sd:.2f}" if count[key] > 1 else ""
-            cells.append("-" if math.isnan(m) else f"{100 * m:.2f}{spread}")
+            cells.append(_percent(*acc[name].get(key, (math.nan, math.nan)), count[key]))
         cells += [f"{mean['train_mse'][key][0]:.4f}", f"{mean['test_mse'][key][0]:.4f}"]
         cells += [f"{mean['epochs'][key][0]:.0f}", f"{mean['seconds'][key][0]:.0f}"]
         lines.append(f"| {key[0]} | {key[1]} | {count[key]} | " + " | ".join(cells) + " |")

@@ -102,3 +102,18 @@ def test_merge_of_parallel_runs_reports_mean_and_std(tmp_path: Path) -> None:
     assert cells[2] == "2" and cells[4] == "-"  # two repeats; the SVM was skipped
     assert cells[3] == f"{statistics.fmean(accs):.2f} ± {statistics.stdev(accs):.2f}"
     assert float(cells[7]) == 1  # epochs
+
+
+def test_markdown_table_spread_only_over_several_repeats() -> None:
+    rows = [
+        {"method": "di-nystrom", "J": 10, "test_acc": 0.5},
+        {"method": "di-nystrom", "J": 10, "test_acc": 0.7},
+        {"method": "di-nystrom", "J": 20, "test_acc": 0.8125},
+        {"method": "standard-nystrom", "J": 10, "test_acc": 0.25},
+    ]
+    lines = reproduce.markdown_table(rows).splitlines()
+    assert lines[0] == "| method | J=10 | J=20 |"
+    std = 100 * statistics.stdev([0.5, 0.7])
+    # METHODS order: untrained maps first; no spread for one repeat, empty cell if not run.
+    assert lines[2] == "| standard-nystrom | 25.00 |  |"
+    assert lines[3] == f"| di-nystrom | 60.00 ± {std:.2f} | 81.25 |"
