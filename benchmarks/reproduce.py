@@ -536,11 +536,15 @@ def _repeats(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], int]:
     return count
 
 
-def _percent(mean: float, std: float, repeats: int) -> str:
-    """``mean ± std`` in percent; the mean alone for one repeat, ``-`` for a skipped value."""
+def format_mean_std(
+    mean: float, std: float, repeats: int, scale: float = 100.0, fmt: str = ".2f"
+) -> str:
+    """``mean ± std`` times ``scale`` (percent by default); the mean alone for one repeat,
+    ``-`` for a skipped (NaN) value."""
     if math.isnan(mean):
         return "-"
-    return f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if repeats > 1 else "")
+    spread = f" ± {scale * std:{fmt}}" if repeats > 1 else ""
+    return f"{scale * mean:{fmt}}{spread}"
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str:
@@ -557,7 +561,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str
         cells = []
         for j in js:
             if (m, j) in summary:
-                cells.append(_percent(*summary[(m, j)], count[(m, j)]))
+                cells.append(format_mean_std(*summary[(m, j)], count[(m, j)]))
             else:
                 cells.append("")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
@@ -581,7 +585,7 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     for key in keys:
         cells = []
         for name in ("test_acc", "svm_test_acc"):
-            cells.append(_percent(*acc[name].get(key, (math.nan, math.nan)), count[key]))
+            cells.append(format_mean_std(*acc[name].get(key, (math.nan, math.nan)), count[key]))
         cells += [f"{mean['train_mse'][key][0]:.4f}", f"{mean['test_mse'][key][0]:.4f}"]
         cells += [f"{mean['epochs'][key][0]:.0f}", f"{mean['seconds'][key][0]:.0f}"]
         lines.append(f"| {key[0]} | {key[1]} | {count[key]} | " + " | ".join(cells) + " |")

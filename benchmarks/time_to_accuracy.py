@@ -45,6 +45,7 @@ try:  # run as a script from the repository root or as benchmarks.time_to_accura
         RHO,
         evaluate,
         features_of,
+        format_mean_std,
         make_datamodule,
         make_layer,
         quiet_lightning,
@@ -57,6 +58,7 @@ except ImportError:  # pragma: no cover
         RHO,
         evaluate,
         features_of,
+        format_mean_std,
         make_datamodule,
         make_layer,
         quiet_lightning,
@@ -153,11 +155,11 @@ def _typed(row: dict[str, str]) -> dict[str, Any]:
 
 
 def summary_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table: mean ± std over seeds per ``(J, schedule)``."""
+    """Markdown table: mean ± std over seeds per ``(J, schedule)`` (the mean for one seed)."""
 
     def ms(values: list[float], scale: float = 1.0, fmt: str = ".1f") -> str:
         std = statistics.stdev(values) if len(values) > 1 else 0.0
-        return f"{scale * statistics.fmean(values):{fmt}} ± {scale * std:{fmt}}"
+        return format_mean_std(statistics.fmean(values), std, len(values), scale, fmt)
 
     lines = [
         "| J | schedule | epochs | fit seconds | test acc (%) |",

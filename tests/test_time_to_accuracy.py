@@ -40,3 +40,8 @@ def test_schedules_seeds_and_merge(tmp_path: Path) -> None:
     accs = [100 * r["test_acc"] for r in merged if r["schedule"] == "fixed"]
     assert f"{statistics.fmean(accs):.2f} ± {statistics.stdev(accs):.2f}" in fixed
     assert (tmp_path / "both" / name).read_text().count("\n") == 5  # header + 4 rows
+    # One seed: the mean alone, no "± 0.0" that would read as a measured spread.
+    one = next(line for line in tta.summary_table(first).splitlines() if "| fixed |" in line)
+    assert one == (
+        f"| 16 | fixed | 4.0 | {first[1]['seconds']:.1f} | {100 * first[1]['test_acc']:.2f} |"
+    )
