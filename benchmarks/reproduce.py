@@ -653,8 +653,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.merge:
         rows = [row for path in args.merge for row in read_csv(Path(path))]
         write_csv(csv_path, rows)
-    if args.plot_only or args.merge:
+    elif args.plot_only:
         rows = read_csv(csv_path)
+    if args.plot_only or args.merge:
         plot(rows, out, stem)
         print(markdown_table(rows), results_table(rows), sep="\n\n")
         return rows
