@@ -2,7 +2,7 @@
 
 Trains, on the same data, seed, batch size, learning rate and epoch budget,
 
-* ``linear``: :class:`~kernel_layers.backbones.SmallCNN` + ``nn.Linear(128, 10)`` trained
+* ``linear``: :class:`~kernel_layers.training.backbones.SmallCNN` + ``nn.Linear(128, 10)`` trained
   with cross-entropy (the usual network);
 * ``nystrom_di``: the same CNN + :class:`~kernel_layers.NystromLayer` (J landmarks,
   Gaussian kernel) trained end to end with DI through
@@ -35,8 +35,8 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from kernel_layers import KernelClassifier, NystromLayer
-from kernel_layers.backbones import SmallCNN
 from kernel_layers.data import FashionMNISTDataModule
+from kernel_layers.training.backbones import SmallCNN
 
 
 class LinearHeadCNN(L.LightningModule):

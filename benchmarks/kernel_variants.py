@@ -20,8 +20,8 @@ import warnings
 
 import lightning as L
 import torch
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 
-from callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
 from kernel_layers.data import DigitsDataModule
 

@@ -19,8 +19,8 @@ import torch
 from sklearn.datasets import load_digits
 
 from kernel_layers import nystrom_discriminant_information
-from kernel_layers.kernels import gaussian_kernel
-from kernel_layers.nystrom import get_kernel, landmark_gram
+from kernel_layers._linalg import landmark_gram
+from kernel_layers.kernels import gaussian_kernel, get_kernel
 from kernel_layers.objectives import _DIFunction, encode_targets
 
 RHO = 1e-4

@@ -16,15 +16,16 @@ name                      map         what is trained
 
 Protocol (DESIGN.md section 4): features min-max scaled on train; Gaussian kernel with
 ``gamma = kernel_layers.gamma.gamma_heuristic(train)`` unless ``--gamma``; ``rho = 1e-4``;
-Adam at ``--lr`` (1e-3), multiplied by 0.1 by :class:`callbacks.PlateauDecay` when the
-epoch objective saturates (``train/di_epoch`` for DI, ``train/loss_epoch`` for LS / CE)
-and stopped by :class:`callbacks.DISaturationStopping` when it fails to improve after a
+Adam at ``--lr`` (1e-3), multiplied by 0.1 by
+:class:`kernel_layers.callbacks.PlateauDecay` when the epoch objective saturates
+(``train/di_epoch`` for DI, ``train/loss_epoch`` for LS / CE) and stopped by
+:class:`kernel_layers.callbacks.DISaturationStopping` when it fails to improve after a
 decay, or at ``--max-epochs``; batch ``max(1000, 2J)`` capped at the training-set size;
 landmarks start as a random subset of the training rows.
 
 Read-outs, identical for every method, on the final features of the whole training set:
 
-* the closed-form ridge head (:class:`kernel_layers.heads.RidgeHead`, one-hot targets):
+* the closed-form ridge head (:class:`kernel_layers.training.heads.RidgeHead`, one-hot targets):
   train / test accuracy, and train / test ridge MSE
   ``||Y - Phi W - 1 b^T||_F^2 / N`` (kernel ridge regression of the one-hot targets on the
   learned features, the paper's Figure 1 view);
@@ -71,10 +72,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from lightning.pytorch import Callback, Trainer, seed_everything
 from torch import Tensor, nn
 
-from callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
 from kernel_layers.data import (
     ArrayDataModule,
@@ -85,7 +86,7 @@ from kernel_layers.data import (
     MNISTDataModule,
 )
 from kernel_layers.gamma import gamma_heuristic
-from kernel_layers.heads import DEFAULT_HEAD_RHO, RidgeHead
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 
 #: Method name -> (map, objective or None for an untrained map, landmark init).
 METHODS: dict[str, tuple[str, str | None, str]] = {

@@ -3,8 +3,8 @@
 Trains DI-Nystrom (``reproduce.py``'s ``di-nystrom``: random-row landmarks, NysDI, Adam)
 twice per seed on the same data, from the same initial landmarks:
 
-* ``adaptive``: :class:`callbacks.PlateauDecay` (lr x0.1 when ``train/di_epoch``
-  saturates, patience ``--decay-patience``) + :class:`callbacks.DISaturationStopping`
+* ``adaptive``: :class:`kernel_layers.callbacks.PlateauDecay` (lr x0.1 when ``train/di_epoch``
+  saturates, patience ``--decay-patience``) + :class:`kernel_layers.callbacks.DISaturationStopping`
   (stop when DI fails to improve after a decay), at most ``--epochs`` epochs;
 * ``fixed``: the DI paper's reference implementation: ``--epochs`` epochs (500), lr x0.1
   every ``--step`` epochs (100), no early stop.

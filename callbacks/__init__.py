@@ -7,7 +7,7 @@ Both watch ``train/di_epoch`` (what ``KernelClassifier`` logs) in ``"max"`` mode
 
 from __future__ import annotations
 
-from callbacks.di_saturation import DISaturationReason, DISaturationStopping
-from callbacks.plateau_decay import PlateauDecay
+from kernel_layers.callbacks.di_saturation import DISaturationReason, DISaturationStopping
+from kernel_layers.callbacks.plateau_decay import PlateauDecay
 
 __all__ = ["DISaturationReason", "DISaturationStopping", "PlateauDecay"]

@@ -7,11 +7,7 @@ from enum import Enum
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from typing_extensions import override
-
-from callbacks._common import (
+from kernel_layers.callbacks._common import (
     MODES,
     THRESHOLD_MODES,
     check_bool,
@@ -25,6 +21,9 @@ from callbacks._common import (
     read_monitor,
     should_skip,
 )
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from typing_extensions import override
 
 __all__ = ["DISaturationReason", "DISaturationStopping"]
 

@@ -7,18 +7,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from torch.optim.lr_scheduler import (
-    CosineAnnealingWarmRestarts,
-    CyclicLR,
-    LambdaLR,
-    OneCycleLR,
-    ReduceLROnPlateau,
-)
-from typing_extensions import override
-
-from callbacks._common import (
+from kernel_layers.callbacks._common import (
     MODES,
     THRESHOLD_MODES,
     check_bool,
@@ -32,6 +21,16 @@ from callbacks._common import (
     read_monitor,
     should_skip,
 )
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from torch.optim.lr_scheduler import (
+    CosineAnnealingWarmRestarts,
+    CyclicLR,
+    LambdaLR,
+    OneCycleLR,
+    ReduceLROnPlateau,
+)
+from typing_extensions import override
 
 __all__ = ["PlateauDecay"]
 
@@ -122,7 +121,7 @@ class PlateauDecay(Callback):
     Example::
 
         >>> from lightning.pytorch import Trainer
-        >>> from callbacks import DISaturationStopping, PlateauDecay
+        >>> from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
         >>> trainer = Trainer(callbacks=[PlateauDecay(patience=5), DISaturationStopping()])
     """
 

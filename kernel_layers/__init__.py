@@ -1,23 +1,75 @@
-"""kernel-layers: trainable kernel-approximation layers for PyTorch Lightning."""
+"""kernel-layers: trainable kernel-approximation layers for PyTorch Lightning.
+
+``import kernel_layers`` loads torch only: the layers, kernels and objectives are
+plain PyTorch. Names that need Lightning, torchmetrics or scikit-learn
+(``KernelClassifier``, the backbones, ``select_gamma``) are imported on first use,
+through the module ``__getattr__`` below.
+"""
 
 from __future__ import annotations
 
-from kernel_layers.backbones import ResNet18Backbone, SmallCNN, strip_head, with_kernel_head
-from kernel_layers.ensemble import EnsembleNystrom
-from kernel_layers.fourier import FourierLayer
-from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
-from kernel_layers.heads import RidgeHead
-from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
-from kernel_layers.landmarks import greedy_landmarks, kmeans, kmeans_plus_plus, random_landmarks
-from kernel_layers.module import KernelClassifier
-from kernel_layers.normalize import FeatureCentering, FeatureNormalization
-from kernel_layers.nystrom import NystromLayer
-from kernel_layers.objectives import (
-    DILoss,
-    discriminant_information,
-    least_squares_loss,
-    nystrom_discriminant_information,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from kernel_layers._version import __version__
+
+if TYPE_CHECKING:  # the names below, for type checkers and IDEs
+    from kernel_layers.ensemble import EnsembleNystrom
+    from kernel_layers.fourier import FourierLayer
+    from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
+    from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
+    from kernel_layers.landmarks import (
+        greedy_landmarks,
+        kmeans,
+        kmeans_plus_plus,
+        random_landmarks,
+    )
+    from kernel_layers.normalize import FeatureCentering, FeatureNormalization
+    from kernel_layers.nystrom import NystromLayer
+    from kernel_layers.objectives import (
+        DILoss,
+        discriminant_information,
+        least_squares_loss,
+        nystrom_discriminant_information,
+    )
+    from kernel_layers.training.backbones import (
+        ResNet18Backbone,
+        SmallCNN,
+        strip_head,
+        with_kernel_head,
+    )
+    from kernel_layers.training.heads import RidgeHead
+    from kernel_layers.training.module import KernelClassifier
+
+#: Public name -> the module that defines it (imported when the name is first used).
+_EXPORTS: dict[str, str] = {
+    "DILoss": "kernel_layers.objectives",
+    "EnsembleNystrom": "kernel_layers.ensemble",
+    "FeatureCentering": "kernel_layers.normalize",
+    "FeatureNormalization": "kernel_layers.normalize",
+    "FourierLayer": "kernel_layers.fourier",
+    "GammaSearchResult": "kernel_layers.gamma",
+    "Kernel": "kernel_layers.kernels",
+    "KernelClassifier": "kernel_layers.training.module",
+    "NystromLayer": "kernel_layers.nystrom",
+    "ResNet18Backbone": "kernel_layers.training.backbones",
+    "RidgeHead": "kernel_layers.training.heads",
+    "SmallCNN": "kernel_layers.training.backbones",
+    "available_kernels": "kernel_layers.kernels",
+    "discriminant_information": "kernel_layers.objectives",
+    "gamma_heuristic": "kernel_layers.gamma",
+    "get_kernel": "kernel_layers.kernels",
+    "greedy_landmarks": "kernel_layers.landmarks",
+    "kmeans": "kernel_layers.landmarks",
+    "kmeans_plus_plus": "kernel_layers.landmarks",
+    "least_squares_loss": "kernel_layers.objectives",
+    "nystrom_discriminant_information": "kernel_layers.objectives",
+    "random_landmarks": "kernel_layers.landmarks",
+    "register_kernel": "kernel_layers.kernels",
+    "select_gamma": "kernel_layers.gamma",
+    "strip_head": "kernel_layers.training.backbones",
+    "with_kernel_head": "kernel_layers.training.backbones",
+}
 
 __all__ = [
     "DILoss",
@@ -32,6 +84,7 @@ __all__ = [
     "ResNet18Backbone",
     "RidgeHead",
     "SmallCNN",
+    "__version__",
     "available_kernels",
     "discriminant_information",
     "gamma_heuristic",
@@ -48,4 +101,16 @@ __all__ = [
     "with_kernel_head",
 ]
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernel_layers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

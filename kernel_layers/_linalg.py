@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -10,10 +11,13 @@ from torch import Tensor
 __all__ = [
     "CHOLESKY_JITTER",
     "HALF_DTYPES",
+    "JITTER",
     "JITTER_GROWTH",
     "MAX_JITTER_TRIES",
     "SOLVE_DTYPE",
     "autocast_off",
+    "default_jitter",
+    "landmark_gram",
     "refuse_double_backward",
     "robust_cholesky",
     "upcast",
@@ -62,8 +66,8 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
         RuntimeError: no jitter up to ``jitter * JITTER_GROWTH**(MAX_JITTER_TRIES-1)``
             made the matrix factorisable (it is not close to positive semi-definite).
     """
-    if torch.compiler.is_exporting():  # no data-dependent branch in an exported graph:
-        return torch.linalg.cholesky(matrix)  # the exported program raises if not PD
+    if torch.compiler.is_compiling():  # no data-dependent branch in a compiled or
+        return torch.linalg.cholesky(matrix)  # exported graph: it raises if not PD
     factor, info = torch.linalg.cholesky_ex(matrix)
     if int(info) == 0:
         return factor
@@ -102,3 +106,31 @@ def refuse_double_backward(owner: str) -> None:
             f"{owner}: double backward (create_graph=True) is not supported: the "
             "closed-form backward is once differentiable"
         )
+
+
+#: Relative diagonal jitter of ``K_Z`` by dtype of the landmarks: about the size below
+#: which float32 round-off in ``k(Z, Z)`` makes eigenvalues meaningless.
+JITTER = {torch.float16: 1e-3, torch.bfloat16: 1e-3, torch.float32: 1e-6, torch.float64: 1e-10}
+
+
+def default_jitter(dtype: torch.dtype) -> float:
+    """The default relative jitter of ``K_Z`` for landmarks of ``dtype``."""
+    return JITTER.get(dtype, JITTER[torch.float32])
+
+
+def landmark_gram(landmarks: Tensor, kernel: Any, gamma: float, jitter: float) -> Tensor:
+    """``K_Z + jitter * mean(diag K_Z) I`` in :data:`SOLVE_DTYPE`.
+
+    Args:
+        landmarks (Tensor[n, D]): landmarks ``Z``.
+        kernel: a :class:`~kernel_layers.kernels.Kernel` (its ``matrix`` is used).
+        gamma: kernel parameter.
+        jitter: relative jitter.
+
+    Returns:
+        Tensor[n, n]: the symmetric, jittered landmark kernel matrix.
+    """
+    k_z = kernel.matrix(landmarks, landmarks, gamma).to(SOLVE_DTYPE)
+    k_z = 0.5 * (k_z + k_z.mT)
+    shift = jitter * k_z.diagonal().mean().detach()
+    return k_z + shift * torch.eye(k_z.shape[0], dtype=k_z.dtype, device=k_z.device)

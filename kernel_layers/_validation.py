@@ -1,19 +1,25 @@
-"""Argument and tensor checks shared by the layers and objectives.
+"""Argument and tensor checks: the one validation module of every public entry point.
 
 Every message follows one format, ``"<owner>: argument '<name>' must be
 <expectation>, got <value>"``, so a user sees at once which layer or function
-complained, about which argument, what was expected and what arrived.
+complained, about which argument, what was expected and what arrived. One rule for the
+exception type: a value of the wrong *type* raises ``TypeError``; a value of the right
+type but outside the allowed set (range, shape, choices, finiteness) raises
+``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Integral, Real
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "check_bool",
+    "check_choice",
     "check_dtype",
     "check_features",
     "check_finite",
@@ -23,6 +29,7 @@ __all__ = [
     "check_positive",
     "check_real",
     "is_compiling",
+    "raise_not_scriptable",
 ]
 
 
@@ -31,20 +38,75 @@ def is_compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-def check_int(owner: str, name: str, value: object, *, minimum: int = 1) -> int:
+def check_int(
+    owner: str, name: str, value: object, *, minimum: int = 1, integral_float: bool = False
+) -> int:
     """Return ``value`` as an ``int`` if it is an integer ``>= minimum``, else raise.
+
+    Args:
+        owner: the layer or function name used in messages.
+        name: the argument name used in messages.
+        value: the value to check.
+        minimum: the least value accepted.
+        integral_float: also accept floats with an integral value (``3.0``), as
+            scikit-learn does for a kernel's ``degree``; ``1.5`` is still refused.
 
     Raises:
         TypeError: ``value`` is not an integer (``bool`` is rejected too).
         ValueError: ``value < minimum``.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    integral = isinstance(value, Integral) or (
+        integral_float and isinstance(value, Real) and float(value).is_integer()
+    )
+    if isinstance(value, bool) or not integral:
         raise TypeError(
             f"{owner}: argument '{name}' must be an integer >= {minimum}, got {value!r}"
         )
-    if value < minimum:
-        raise ValueError(f"{owner}: argument '{name}' must be >= {minimum}, got {value}")
-    return int(value)
+    number = int(value)  # type: ignore[call-overload]  # Integral or an integral Real
+    if number < minimum:
+        raise ValueError(f"{owner}: argument '{name}' must be an integer >= {minimum}, got {value}")
+    return number
+
+
+def raise_not_scriptable(owner: str) -> None:
+    """Refuse ``torch.jit.script`` with the ways that work (called from
+    ``__prepare_scriptable__``, which ``torch.jit.script`` calls first).
+
+    Raises:
+        RuntimeError: always.
+    """
+    raise RuntimeError(
+        f"{owner}: torch.jit.script is not supported (the layer validates arguments and "
+        "dispatches kernels in Python); use torch.jit.trace, torch.export.export, "
+        "torch.onnx.export or torch.compile instead"
+    )
+
+
+def check_bool(owner: str, name: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool``, else raise.
+
+    Raises:
+        TypeError: ``value`` is not a ``bool`` (``0`` / ``1`` are refused too).
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: argument '{name}' must be a bool, got {value!r}")
+    return value
+
+
+def check_choice(owner: str, name: str, value: object, choices: Sequence[str]) -> str:
+    """Return ``value`` if it is one of the strings ``choices``, else raise.
+
+    Raises:
+        TypeError: ``value`` is not a string.
+        ValueError: ``value`` is not among ``choices`` (the message lists them).
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}: argument '{name}' must be one of {list(choices)}, got {value!r}")
+    if value not in choices:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be one of {list(choices)}, got {value!r}"
+        )
+    return value
 
 
 def check_positive(owner: str, name: str, value: object) -> float:

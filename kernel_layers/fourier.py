@@ -12,8 +12,15 @@ from torch import Tensor, nn
 
 from kernel_layers._linalg import autocast_off, refuse_double_backward, upcast
 from kernel_layers._random import make_generator
-from kernel_layers._validation import check_dtype, check_features, check_int, check_positive
+from kernel_layers._validation import (
+    check_dtype,
+    check_features,
+    check_int,
+    check_positive,
+    raise_not_scriptable,
+)
 from kernel_layers.kernels import Kernel, get_kernel, spectral_quantiles
+from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
 
@@ -347,6 +354,34 @@ class FourierLayer(nn.Module):
             else:
                 out = cossin_features(flat, frequencies)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def discriminant_information(
+        self,
+        x: Tensor,
+        targets: Tensor,
+        *,
+        rho: float = DEFAULT_RHO,
+        num_classes: int | None = None,
+        sync_dist: bool = False,
+    ) -> Tensor:
+        """DI of this layer's features of ``x`` (RFDI of the DI paper).
+
+        Args:
+            x (Tensor[B, D]): inputs of the layer.
+            targets (Tensor[B] | Tensor[B, L]): labels or a target matrix.
+            rho: ridge parameter ``> 0``.
+            num_classes: number of classes ``L`` for int labels.
+            sync_dist: all-reduce the sufficient statistics (exact DI under DDP).
+
+        Returns:
+            Tensor[]: the DI of the (global) batch.
+        """
+        return discriminant_information(
+            self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
+        )
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        raise_not_scriptable(type(self).__name__)
 
     def extra_repr(self) -> str:
         text = (

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import SOLVE_DTYPE, autocast_off, robust_cholesky, upcast
+from kernel_layers._linalg import (
+    autocast_off,
+    default_jitter,
+    landmark_gram,
+    robust_cholesky,
+    upcast,
+)
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_dtype,
@@ -15,6 +22,7 @@ from kernel_layers._validation import (
     check_int,
     check_matrix,
     check_positive,
+    raise_not_scriptable,
 )
 from kernel_layers.kernels import Kernel, get_kernel
 from kernel_layers.landmarks import (
@@ -24,40 +32,15 @@ from kernel_layers.landmarks import (
     kmeans_plus_plus,
     random_landmarks,
 )
+from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
 
 __all__ = ["NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
 
-#: Relative diagonal jitter of ``K_Z`` by dtype of the landmarks: about the size below
-#: which float32 round-off in ``k(Z, Z)`` makes eigenvalues meaningless.
-JITTER = {torch.float16: 1e-3, torch.bfloat16: 1e-3, torch.float32: 1e-6, torch.float64: 1e-10}
 #: Landmark initialisations understood by :meth:`NystromLayer.from_data`.
 INITS = ("random", "kmeans", "kmeans++", "greedy")
 #: Rank-k truncation treats eigenvalues of ``K_Z`` at most ``n * EIGEN_RTOL * max`` as
 #: zero (NumPy's ``matrix_rank`` tolerance): their columns of the map are 0.
 EIGEN_RTOL = torch.finfo(torch.float64).eps
-
-
-def default_jitter(dtype: torch.dtype) -> float:
-    """The default relative jitter of ``K_Z`` for landmarks of ``dtype``."""
-    return JITTER.get(dtype, JITTER[torch.float32])
-
-
-def landmark_gram(landmarks: Tensor, kernel: Kernel, gamma: float, jitter: float) -> Tensor:
-    """``K_Z + jitter * mean(diag K_Z) I`` in :data:`~kernel_layers.objectives.SOLVE_DTYPE`.
-
-    Args:
-        landmarks (Tensor[n, D]): landmarks ``Z``.
-        kernel: the kernel.
-        gamma: kernel parameter.
-        jitter: relative jitter.
-
-    Returns:
-        Tensor[n, n]: the symmetric, jittered landmark kernel matrix.
-    """
-    k_z = kernel.matrix(landmarks, landmarks, gamma).to(SOLVE_DTYPE)
-    k_z = 0.5 * (k_z + k_z.mT)
-    shift = jitter * k_z.diagonal().mean().detach()
-    return k_z + shift * torch.eye(k_z.shape[0], dtype=k_z.dtype, device=k_z.device)
 
 
 def rank_k_map(k_z: Tensor, rank: int) -> Tensor:
@@ -182,6 +165,11 @@ class NystromLayer(nn.Module):
         #: than drawn uniformly; ``KernelClassifier(init_landmarks=True)`` keeps given ones.
         self.landmarks_given = landmarks is not None
         self.rank = rank
+        # The inference map R^-T (or the rank-k map) cached in eval mode, so that inference
+        # and exported graphs need no Cholesky / triangular solve (ONNX has neither); the
+        # key records what it was computed from and a stale entry is recomputed.
+        self.register_buffer("_projection", None, persistent=False)
+        self._projection_key: tuple[object, ...] | None = None
 
     @classmethod
     def from_data(
@@ -315,23 +303,122 @@ class NystromLayer(nn.Module):
         """
         return self._kernel
 
+    def projection(self) -> Tensor:
+        """The map from ``G = k(x, Z)`` to the features: ``phi(x) = G P``.
+
+        ``P = R^-T`` with ``K_Z = R R^T`` (Cholesky), or ``U_k S_k^-1/2`` with rank-k
+        truncation; differentiable in the landmarks.
+
+        Returns:
+            Tensor[n, n] (``Tensor[n, rank]`` with truncation): ``P`` in float64.
+        """
+        k_z = landmark_gram(upcast(self.landmarks), self.kernel_spec, self.gamma, self.jitter)
+        if self.rank is not None:
+            return rank_k_map(k_z, self.rank)
+        factor = robust_cholesky(k_z, owner=type(self).__name__)
+        eye = torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device)
+        return torch.linalg.solve_triangular(factor, eye, upper=False).mT
+
+    def _cache_key(self) -> tuple[object, ...]:
+        z = self.landmarks
+        return (z._version, z.data_ptr(), z.dtype, z.device, self.rank, self.gamma, self.jitter)
+
+    @torch.no_grad()
+    def _cached_projection(self) -> Tensor:
+        """:meth:`projection` computed once per state of the landmarks (eval mode)."""
+        if torch.compiler.is_exporting():  # the exported graph holds it as a constant
+            if self._projection is None:
+                self._projection = self.projection()
+            return self._projection
+        key = self._cache_key()
+        if self._projection is None or key != self._projection_key:
+            self._projection = self.projection()
+            self._projection_key = key
+        return self._projection
+
+    def train(self, mode: bool = True) -> NystromLayer:
+        """Set training mode; ``eval()`` also prepares the cached inference map."""
+        super().train(mode)
+        if not mode and not torch.compiler.is_compiling() and self.landmarks.device.type != "meta":
+            # A failure here (landmarks not finite, say) resurfaces at the first forward.
+            with contextlib.suppress(RuntimeError, ValueError):
+                self._cached_projection()
+        return self
+
+    def _uses_cache(self) -> bool:
+        """Inference without gradients to the landmarks: the cached map serves."""
+        if torch.compiler.is_exporting():
+            return not self.training
+        if torch.compiler.is_compiling():
+            return False
+        return not self.training and not (torch.is_grad_enabled() and self.landmarks.requires_grad)
+
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features.
 
         Runs with autocast disabled; float16 / bfloat16 inputs (or landmarks) are
-        computed in float32, and the features come out in that dtype.
+        computed in float32, and the features come out in that dtype. In eval mode
+        without gradients to the landmarks the map ``P`` of :meth:`projection` is
+        cached (recomputed whenever the landmarks change), so inference costs one kernel
+        matrix and one product, and exported graphs (ONNX) hold ``P`` as a constant.
         """
         owner = type(self).__name__
         check_features(owner, "x", x, self.in_features)
         with autocast_off(x):  # distances and solves never run in low precision
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)
-            g, k_z = self.kernel_matrices(upcast(flat))
-            if self.rank is not None:
-                features = g @ rank_k_map(k_z, self.rank).to(g.dtype)
+            flat = upcast(flat)
+            if self._uses_cache():
+                spec = self.kernel_spec
+                spec.validate_input(owner, "x", flat)
+                g = spec.matrix(flat, upcast(self.landmarks), self.gamma)
+                features = g @ self._cached_projection().to(g.dtype)
             else:
-                factor = robust_cholesky(k_z, owner=owner).to(g.dtype)
-                features = torch.linalg.solve_triangular(factor.mT, g, upper=True, left=False)
+                g, k_z = self.kernel_matrices(flat)
+                if self.rank is not None:
+                    features = g @ rank_k_map(k_z, self.rank).to(g.dtype)
+                else:
+                    factor = robust_cholesky(k_z, owner=owner).to(g.dtype)
+                    features = torch.linalg.solve_triangular(factor.mT, g, upper=True, left=False)
         return features.reshape(*x.shape[:-1], features.shape[-1])
+
+    def discriminant_information(
+        self,
+        x: Tensor,
+        targets: Tensor,
+        *,
+        rho: float = DEFAULT_RHO,
+        num_classes: int | None = None,
+        sync_dist: bool = False,
+    ) -> Tensor:
+        """DI of this layer's features of ``x``, computed as NysDI (eq. 10 of the DI paper).
+
+        The layer states how its DI is computed (``KernelClassifier`` asks it): from the
+        inputs and landmarks, without forming the features.
+
+        Args:
+            x (Tensor[B, D]): inputs of the layer.
+            targets (Tensor[B] | Tensor[B, L]): labels or a target matrix.
+            rho: ridge parameter ``> 0``.
+            num_classes: number of classes ``L`` for int labels.
+            sync_dist: all-reduce the sufficient statistics (exact DI under DDP).
+
+        Returns:
+            Tensor[]: the DI of the (global) batch.
+        """
+        return nystrom_discriminant_information(
+            x,
+            targets,
+            self.landmarks,
+            kernel=self.kernel_spec,
+            gamma=self.gamma,
+            rho=rho,
+            jitter=self.jitter,
+            num_classes=num_classes,
+            sync_dist=sync_dist,
+        )
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        raise_not_scriptable(type(self).__name__)
 
     def extra_repr(self) -> str:
         text = (

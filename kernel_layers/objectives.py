@@ -36,6 +36,8 @@ from torch import Tensor, nn
 from kernel_layers._linalg import (
     SOLVE_DTYPE,
     autocast_off,
+    default_jitter,
+    landmark_gram,
     refuse_double_backward,
     robust_cholesky,
     upcast,
@@ -48,7 +50,6 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.kernels import Kernel, get_kernel
-from kernel_layers.nystrom import default_jitter, landmark_gram
 
 __all__ = [
     "DEFAULT_RHO",

@@ -121,7 +121,11 @@ class LayerContract:
         [
             ({"gamma": 0.0}, ValueError, "argument 'gamma' must be a finite number > 0, got 0.0"),
             ({"gamma": float("nan")}, ValueError, "argument 'gamma' must be a finite number > 0"),
-            ({"out_features": 0}, ValueError, "argument 'out_features' must be >= 1, got 0"),
+            (
+                {"out_features": 0},
+                ValueError,
+                "argument 'out_features' must be an integer >= 1, got 0",
+            ),
             ({"in_features": 2.5}, TypeError, "argument 'in_features' must be an integer"),
             ({"kernel": "rbf"}, ValueError, r"argument 'kernel' must be one of \[.*'gaussian'"),
         ],

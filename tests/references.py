@@ -63,3 +63,57 @@ def ridge_residual(features: np.ndarray, y: np.ndarray, rho: float) -> float:
     w = np.linalg.lstsq(a, b, rcond=None)[0]
     r = yc - pc @ w
     return float((r * r).sum() + rho * (w * w).sum())
+
+
+# ---------------------------------------------------------------- kernel matrices
+C_SHIFT = 0.5  # a non-default skewedness, to exercise kernel_params
+
+
+def _pairs(x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(x)[:, None, :], np.asarray(z)[None, :, :]
+
+
+def ref_cauchy(x: np.ndarray, z: np.ndarray, gamma: float) -> np.ndarray:
+    a, b = _pairs(x, z)
+    return np.prod(1.0 / (1.0 + gamma * (a - b) ** 2), axis=-1)
+
+
+def ref_skewed_chi2(x: np.ndarray, z: np.ndarray, gamma: float, c: float = 1.0) -> np.ndarray:
+    """scikit-learn's SkewedChi2Sampler kernel ``prod 2 sqrt(a) sqrt(b) / (a + b)`` on
+    ``a = (x + c)^gamma``, ``b = (z + c)^gamma`` (gamma = 1: scikit-learn's kernel)."""
+    a, b = _pairs(x, z)
+    a, b = (a + c) ** gamma, (b + c) ** gamma
+    return np.prod(2.0 * np.sqrt(a) * np.sqrt(b) / (a + b), axis=-1)
+
+
+def ref_skewed_intersection(
+    x: np.ndarray, z: np.ndarray, gamma: float, c: float = 1.0
+) -> np.ndarray:
+    """``prod min(sqrt(a/b), sqrt(b/a))^(2 gamma)`` (gamma = 1/2: the classic kernel)."""
+    a, b = _pairs(x, z)
+    a, b = a + c, b + c
+    return np.prod(np.minimum(np.sqrt(a / b), np.sqrt(b / a)) ** (2.0 * gamma), axis=-1)
+
+
+def _sk(name: str):
+    from sklearn.metrics import pairwise
+
+    return getattr(pairwise, name)
+
+
+#: kernel name -> (reference(x, z, gamma, **params), kernel_params used in the tests)
+KERNELS = {
+    "gaussian": (lambda x, z, g: _sk("rbf_kernel")(x, z, gamma=g), {}),
+    "laplacian": (lambda x, z, g: _sk("laplacian_kernel")(x, z, gamma=g), {}),
+    "cauchy": (ref_cauchy, {}),
+    "skewed_chi2": (ref_skewed_chi2, {"c": C_SHIFT}),
+    "skewed_intersection": (ref_skewed_intersection, {"c": C_SHIFT}),
+    "polynomial": (
+        lambda x, z, g, degree, coef0: _sk("polynomial_kernel")(
+            x, z, degree=degree, gamma=g, coef0=coef0
+        ),
+        {"degree": 2, "coef0": 0.5},
+    ),
+    "linear": (lambda x, z, g: _sk("linear_kernel")(x, z), {}),
+    "chi2": (lambda x, z, g: _sk("chi2_kernel")(x, z, gamma=g), {}),
+}

@@ -14,7 +14,7 @@ the final state (model, optimiser, callbacks, global step) is saved to
 
 Exact mid-epoch resume needs the data order restored: Lightning resumes a map-style
 ``DataLoader`` mid-epoch only if it is stateful (``state_dict`` / ``load_state_dict``).
-The library's data modules train through ``kernel_layers._resumable.ResumableLoader``: a
+The library's data modules train through ``kernel_layers.data.sampling.ResumableLoader``: a
 per-epoch seeded permutation (``set_epoch``, which Lightning calls every epoch) that skips
 the batches already consumed; this script uses the library's ``TensorDataModule`` as is.
 """
@@ -30,11 +30,9 @@ from typing import Any
 
 import lightning as L
 import torch
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.data import TensorDataModule
 

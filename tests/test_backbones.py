@@ -8,14 +8,14 @@ import torch
 from torch import nn
 
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
-from kernel_layers.backbones import (
+from kernel_layers.data import TensorDataModule
+from kernel_layers.training.backbones import (
     ResNet18Backbone,
     SmallCNN,
     resnet18_backbone,
     strip_head,
     with_kernel_head,
 )
-from kernel_layers.data import TensorDataModule
 
 
 def _images(n: int = 480, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +47,9 @@ def test_small_cnn_shapes_and_errors() -> None:
     assert cnn(torch.rand(3, 1, 28, 28)).shape == (3, 24)
     assert cnn(torch.rand(2, 1, 8, 8)).shape == (2, 24)
     assert SmallCNN(3, 5)(torch.rand(2, 3, 16, 16)).shape == (2, 5)
-    with pytest.raises(ValueError, match="SmallCNN: argument 'in_channels' must be >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match="SmallCNN: argument 'in_channels' must be an integer >= 1, got 0"
+    ):
         SmallCNN(0)
     with pytest.raises(TypeError, match="SmallCNN: argument 'out_features' must be an integer"):
         SmallCNN(1, 2.5)  # type: ignore[arg-type]

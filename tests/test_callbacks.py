@@ -15,12 +15,11 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from kernel_layers.callbacks import DISaturationReason, DISaturationStopping, PlateauDecay
+from kernel_layers.callbacks._common import is_improvement, read_monitor
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from torch.utils.data import DataLoader, TensorDataset
-
-from callbacks import DISaturationReason, DISaturationStopping, PlateauDecay
-from callbacks._common import is_improvement, read_monitor
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),

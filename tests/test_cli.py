@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from formats import write_covtype, write_idx_images, write_idx_labels
 
-from kernel_layers.cli import main
-from tests.test_data import write_covtype, write_idx_images, write_idx_labels
+from kernel_layers.training.cli import main
 
 RECIPES = sorted((Path(__file__).parents[1] / "recipes").glob("*.yaml"))
 IDX = (
@@ -61,7 +61,10 @@ def test_recipe_runs_one_step_offline(
     monkeypatch.chdir(tmp_path)
     config = yaml.safe_load(recipe.read_text())
     callbacks = [c["class_path"] for c in config["trainer"]["callbacks"]]
-    assert "callbacks.PlateauDecay" in callbacks and "callbacks.DISaturationStopping" in callbacks
+    assert (
+        "kernel_layers.callbacks.PlateauDecay" in callbacks
+        and "kernel_layers.callbacks.DISaturationStopping" in callbacks
+    )
     main(
         [
             "fit",

@@ -11,8 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from formats import (
+    FAST_S,
+    IDX_NAMES,
+    N_TEST,
+    N_TRAIN,
+    make_mnist_dir,
+    write_covtype,
+    write_idx_images,
+    write_idx_labels,
+    write_letter,
+)
 
-from kernel_layers import _datasets
 from kernel_layers.data import (
     COVTYPE_TEST_SIZE,
     COVTYPE_TRAIN_SIZE,
@@ -26,81 +36,7 @@ from kernel_layers.data import (
     TensorDataModule,
     default_batch_size,
 )
-
-IDX_NAMES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
-N_TRAIN, N_TEST = 50, 20
-#: An offline failure must come at once, not after a network timeout.
-FAST_S = 3.0
-
-
-# ---------------------------------------------------------------------------- writers
-def _write(path: Path, payload: bytes, gz: bool) -> None:
-    if gz:
-        with gzip.open(path.with_name(path.name + ".gz"), "wb") as fh:
-            fh.write(payload)
-    else:
-        path.write_bytes(payload)
-
-
-def write_idx_images(path: Path, images: np.ndarray, *, gz: bool = False) -> None:
-    """LeCun's IDX: magic 0x00000803, big-endian uint32 dims, uint8 pixels."""
-    n, h, w = images.shape
-    _write(path, struct.pack(">IIII", 0x00000803, n, h, w) + images.astype(np.uint8).tobytes(), gz)
-
-
-def write_idx_labels(path: Path, labels: np.ndarray, *, gz: bool = False) -> None:
-    """LeCun's IDX: magic 0x00000801, big-endian uint32 count, uint8 labels."""
-    _write(
-        path, struct.pack(">II", 0x00000801, len(labels)) + labels.astype(np.uint8).tobytes(), gz
-    )
-
-
-def make_mnist_dir(
-    folder: Path, *, gz: bool = False, seed: int = 0, train_max: int = 100, test_pixel: int = 200
-) -> dict[str, np.ndarray]:
-    """Four IDX files: train pixels in [0, train_max], one test pixel planted at test_pixel."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    x_train = rng.integers(0, train_max + 1, size=(N_TRAIN, 28, 28), dtype=np.uint8)
-    x_train[0, 0, 0], x_train[1, 0, 0] = 0, train_max
-    x_test = rng.integers(0, train_max + 1, size=(N_TEST, 28, 28), dtype=np.uint8)
-    x_test[0, 14, 14] = test_pixel
-    y_train = np.arange(N_TRAIN) % 10
-    y_test = np.arange(N_TEST) % 10
-    write_idx_images(folder / IDX_NAMES[0], x_train, gz=gz)
-    write_idx_labels(folder / IDX_NAMES[1], y_train, gz=gz)
-    write_idx_images(folder / IDX_NAMES[2], x_test, gz=gz)
-    write_idx_labels(folder / IDX_NAMES[3], y_test, gz=gz)
-    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
-
-
-def write_covtype(path: Path, n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """UCI covtype.data(.gz): 54 integer columns then the cover type 1..7."""
-    rng = np.random.default_rng(seed)
-    x = np.concatenate(
-        [rng.integers(-150, 3900, size=(n, 10)), rng.integers(0, 2, size=(n, 44))], axis=1
-    )
-    y = np.arange(n) % 7 + 1
-    text = "\n".join(",".join(str(v) for v in row) for row in np.column_stack([x, y])) + "\n"
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt") as fh:
-        fh.write(text)
-    return x, y
-
-
-def write_letter(path: Path, n: int = 40, seed: int = 0) -> tuple[list[str], np.ndarray]:
-    """UCI letter-recognition.data: a capital letter then 16 integers in 0..15."""
-    rng = np.random.default_rng(seed)
-    letters = [string.ascii_uppercase[(7 * i + 19) % 26] for i in range(n)]
-    x = rng.integers(0, 16, size=(n, 16))
-    lines = [",".join([c, *map(str, row)]) for c, row in zip(letters, x, strict=True)]
-    path.write_text("\n".join(lines) + "\n")
-    return letters, x
+from kernel_layers.data import readers as _datasets
 
 
 @pytest.fixture
@@ -110,7 +46,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(urls, **kwargs):
         raise OSError("network unreachable (test)")
 
-    monkeypatch.setattr("kernel_layers.data.check_network", refuse)
+    monkeypatch.setattr("kernel_layers.data.readers.check_network", refuse)
 
 
 # ---------------------------------------------------------------------------- IDX reader
@@ -465,7 +401,7 @@ def test_letter_openml_path_maps_letters(tmp_path: Path, monkeypatch: pytest.Mon
         return x, y
 
     monkeypatch.setattr("sklearn.datasets.fetch_openml", fake_fetch_openml)
-    monkeypatch.setattr("kernel_layers.data.check_network", lambda urls, **kw: None)
+    monkeypatch.setattr("kernel_layers.data.readers.check_network", lambda urls, **kw: None)
     dm = LetterDataModule(tmp_path, val_fraction=0.0)
     dm.setup()
     assert calls[0][0] == "letter" and calls[0][1]["version"] == 1
@@ -504,11 +440,11 @@ def test_batched_getitems_matches_indexing() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"batch_size": 0}, ValueError, "argument 'batch_size' must be >= 1, got 0"),
-        ({"num_features": 0}, ValueError, "argument 'num_features' must be >= 1, got 0"),
-        ({"num_workers": -1}, ValueError, "argument 'num_workers' must be >= 0, got -1"),
-        ({"seed": -2}, ValueError, "argument 'seed' must be >= 0, got -2"),
-        ({"batch_size": 2.5}, TypeError, "argument 'batch_size' must be an int or None, got float"),
+        ({"batch_size": 0}, ValueError, "argument 'batch_size' must be an integer >= 1, got 0"),
+        ({"num_features": 0}, ValueError, "argument 'num_features' must be an integer >= 1, got 0"),
+        ({"num_workers": -1}, ValueError, "argument 'num_workers' must be an integer >= 0, got -1"),
+        ({"seed": -2}, ValueError, "argument 'seed' must be an integer >= 0, got -2"),
+        ({"batch_size": 2.5}, TypeError, "argument 'batch_size' must be an integer >= 1, got 2.5"),
         (
             {"val_fraction": 1.0},
             ValueError,
@@ -520,8 +456,8 @@ def test_batched_getitems_matches_indexing() -> None:
             r"argument 'val_fraction' must be in \[0, 1\), got -0.1",
         ),
         ({"scaling": "zscore"}, ValueError, "argument 'scaling' must be one of .* got 'zscore'"),
-        ({"pin_memory": 1}, TypeError, "argument 'pin_memory' must be a bool, got int"),
-        ({"download": "no"}, TypeError, "argument 'download' must be a bool, got str"),
+        ({"pin_memory": 1}, TypeError, "argument 'pin_memory' must be a bool, got 1"),
+        ({"download": "no"}, TypeError, "argument 'download' must be a bool, got 'no'"),
     ],
 )
 def test_argument_validation(kwargs: dict, error: type, match: str) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import references as ref
 import torch
+from layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 
 from kernel_layers.ensemble import EnsembleNystrom, split_sizes
 from kernel_layers.nystrom import NystromLayer
-from tests import references as ref
-from tests.layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 
 JITTER = 1e-12
 
@@ -94,11 +94,15 @@ def test_zero_weight_map_contributes_nothing() -> None:
     ("kwargs", "exc", "match"),
     [
         ({"out_features": 3, "num_maps": 4}, ValueError, "'num_maps' must be <= out_features=3"),
-        ({"out_features": [2, 0]}, ValueError, r"'out_features\[1\]' must be >= 1, got 0"),
+        (
+            {"out_features": [2, 0]},
+            ValueError,
+            r"'out_features\[1\]' must be an integer >= 1, got 0",
+        ),
         ({"out_features": []}, ValueError, r"'out_features' must be non-empty, got \[\]"),
         ({"out_features": "4"}, TypeError, "'out_features' must be an integer >= 1 or a sequence"),
         ({"out_features": [2, 2], "num_maps": 3}, ValueError, r"'num_maps' must equal len"),
-        ({"num_maps": 0}, ValueError, "'num_maps' must be >= 1, got 0"),
+        ({"num_maps": 0}, ValueError, "'num_maps' must be an integer >= 1, got 0"),
         ({"weights": [1.0]}, ValueError, r"'weights' must have one entry per map \(2\)"),
         ({"weights": [1.0, -1.0]}, ValueError, "'weights' must be finite, >= 0 and not all 0"),
         ({"weights": [0.0, 0.0]}, ValueError, "'weights' must be finite, >= 0 and not all 0"),

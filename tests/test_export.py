@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from kernel_layers import FourierLayer, NystromLayer
-from kernel_layers.backbones import SmallCNN
+from kernel_layers.training.backbones import SmallCNN
 
 LAYERS = {
     "fourier": lambda: FourierLayer(6, 10, seed=0),

@@ -203,12 +203,20 @@ _X, _Y = _blobs(n_per_class=6)
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"folds": 1}, ValueError, r"select_gamma: argument 'folds' must be >= 2, got 1"),
+        (
+            {"folds": 1},
+            ValueError,
+            r"select_gamma: argument 'folds' must be an integer >= 2, got 1",
+        ),
         ({"folds": 2.5}, TypeError, r"argument 'folds' must be an integer >= 2, got 2.5"),
         ({"folds": 7}, ValueError, r"'y' must have at least folds=7 rows in every class, got 6"),
-        ({"num_landmarks": 0}, ValueError, r"argument 'num_landmarks' must be >= 1, got 0"),
-        ({"seed": -1}, ValueError, r"argument 'seed' must be >= 0, got -1"),
-        ({"max_samples": 5}, ValueError, r"argument 'max_samples' must be >= 6, got 5"),
+        (
+            {"num_landmarks": 0},
+            ValueError,
+            r"argument 'num_landmarks' must be an integer >= 1, got 0",
+        ),
+        ({"seed": -1}, ValueError, r"argument 'seed' must be an integer >= 0, got -1"),
+        ({"max_samples": 5}, ValueError, r"argument 'max_samples' must be an integer >= 6, got 5"),
         ({"n_jobs": 0}, ValueError, r"'n_jobs' must be None or a non-zero integer, got 0"),
         ({"classifier": "svm"}, ValueError, r"'classifier' must be one of \['linear_svc', 'ri"),
         ({"classifier": 3}, TypeError, r"'classifier' must be one of .* classifier, got int"),

@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
+import references as ref
 import torch
 from torch.autograd import gradcheck
 
@@ -21,7 +22,6 @@ from kernel_layers.kernels import (
     spectral_quantiles,
     squared_distances,
 )
-from tests import references as ref
 
 
 def test_gaussian_matches_reference() -> None:
@@ -88,69 +88,18 @@ def test_registry_plugs_in_a_new_kernel() -> None:
 
 # --- the extended registry: every kernel against an independent float64 reference -----
 
-C_SHIFT = 0.5  # a non-default skewedness, to exercise kernel_params
-
-
-def _pairs(x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return np.asarray(x)[:, None, :], np.asarray(z)[None, :, :]
-
-
-def _ref_cauchy(x: np.ndarray, z: np.ndarray, gamma: float) -> np.ndarray:
-    a, b = _pairs(x, z)
-    return np.prod(1.0 / (1.0 + gamma * (a - b) ** 2), axis=-1)
-
-
-def _ref_skewed_chi2(x: np.ndarray, z: np.ndarray, gamma: float, c: float = 1.0) -> np.ndarray:
-    """scikit-learn's SkewedChi2Sampler kernel ``prod 2 sqrt(a) sqrt(b) / (a + b)`` on
-    ``a = (x + c)^gamma``, ``b = (z + c)^gamma`` (gamma = 1: scikit-learn's kernel)."""
-    a, b = _pairs(x, z)
-    a, b = (a + c) ** gamma, (b + c) ** gamma
-    return np.prod(2.0 * np.sqrt(a) * np.sqrt(b) / (a + b), axis=-1)
-
-
-def _ref_skewed_intersection(
-    x: np.ndarray, z: np.ndarray, gamma: float, c: float = 1.0
-) -> np.ndarray:
-    """``prod min(sqrt(a/b), sqrt(b/a))^(2 gamma)`` (gamma = 1/2: the classic kernel)."""
-    a, b = _pairs(x, z)
-    a, b = a + c, b + c
-    return np.prod(np.minimum(np.sqrt(a / b), np.sqrt(b / a)) ** (2.0 * gamma), axis=-1)
-
-
-def _sk(name: str):
-    from sklearn.metrics import pairwise
-
-    return getattr(pairwise, name)
-
-
-#: name -> (reference(x, z, gamma, **params), kernel_params used in the tests)
-REFERENCES = {
-    "gaussian": (lambda x, z, g: _sk("rbf_kernel")(x, z, gamma=g), {}),
-    "laplacian": (lambda x, z, g: _sk("laplacian_kernel")(x, z, gamma=g), {}),
-    "cauchy": (_ref_cauchy, {}),
-    "skewed_chi2": (_ref_skewed_chi2, {"c": C_SHIFT}),
-    "skewed_intersection": (_ref_skewed_intersection, {"c": C_SHIFT}),
-    "polynomial": (
-        lambda x, z, g, degree, coef0: _sk("polynomial_kernel")(
-            x, z, degree=degree, gamma=g, coef0=coef0
-        ),
-        {"degree": 2, "coef0": 0.5},
-    ),
-    "linear": (lambda x, z, g: _sk("linear_kernel")(x, z), {}),
-    "chi2": (lambda x, z, g: _sk("chi2_kernel")(x, z, gamma=g), {}),
-}
 SPECTRAL = ["cauchy", "gaussian", "laplacian", "skewed_chi2", "skewed_intersection"]
 
 
 def test_registry_has_every_kernel() -> None:
-    assert set(REFERENCES) <= set(available_kernels())
+    assert set(ref.KERNELS) <= set(available_kernels())
     assert set(available_kernels(spectral=True)) == set(SPECTRAL)
 
 
-@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("name", sorted(ref.KERNELS))
 @pytest.mark.parametrize("gamma", [0.3, 1.0])
 def test_kernel_matches_reference(name: str, gamma: float) -> None:
-    reference, params = REFERENCES[name]
+    reference, params = ref.KERNELS[name]
     rng = np.random.default_rng(1)
     x, z = rng.random((9, 4)), rng.random((6, 4))
     x[0, 0] = z[0, 0] = 0.0  # chi2's 0/0 term counts 0
@@ -174,7 +123,7 @@ def test_skewed_defaults_match_scikit_learn_sampler() -> None:
     phi = sampler.transform(x)
     ours = get_kernel("skewed_chi2").matrix(torch.tensor(x), torch.tensor(x), 1.0).numpy()
     np.testing.assert_allclose(phi @ phi.T, ours, atol=0.03)
-    np.testing.assert_allclose(ours, _ref_skewed_chi2(x, x, 1.0), rtol=1e-12)
+    np.testing.assert_allclose(ours, ref.ref_skewed_chi2(x, x, 1.0), rtol=1e-12)
 
 
 def test_skewed_chi2_frequencies_are_scikit_learns_draw() -> None:
@@ -198,7 +147,7 @@ def test_cauchy_frequencies_are_laplace() -> None:
 @pytest.mark.parametrize("name", SPECTRAL)
 def test_spectral_law_reproduces_the_kernel(name: str) -> None:
     """Bochner: ``E_w cos(w^T (u(x) - u(y))) = k(x, y)``, ``u`` the input transform."""
-    reference, params = REFERENCES[name]
+    reference, params = ref.KERNELS[name]
     spec = get_kernel(name).bind(params)
     x = torch.rand(6, 2, dtype=torch.float64)
     w = sample_frequencies(
@@ -210,9 +159,9 @@ def test_spectral_law_reproduces_the_kernel(name: str) -> None:
     np.testing.assert_allclose(approx, reference(x.numpy(), x.numpy(), 0.7, **params), atol=0.01)
 
 
-@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("name", sorted(ref.KERNELS))
 def test_kernel_gradcheck(name: str) -> None:
-    _, params = REFERENCES[name]
+    _, params = ref.KERNELS[name]
     spec = get_kernel(name).bind(params)
     x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
     z = torch.rand(3, 3, dtype=torch.float64, requires_grad=True)
@@ -223,14 +172,14 @@ def test_kernel_gradcheck(name: str) -> None:
 @pytest.mark.parametrize("name", ["cauchy", "skewed_chi2", "chi2"])
 def test_product_kernels_chunk_dimensions(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """One dimension at a time (big batches) and all at once (small ones) agree."""
-    from kernel_layers import kernels
+    from kernel_layers.kernels import autograd
 
     spec = get_kernel(name)
     x = torch.rand(7, 5, dtype=torch.float64, requires_grad=True)
     z = torch.rand(4, 5, dtype=torch.float64, requires_grad=True)
     whole = spec.matrix(x, z, 0.6)
     (gx, gz) = torch.autograd.grad(whole.sin().sum(), (x, z))
-    monkeypatch.setattr(kernels, "PRODUCT_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(autograd, "PRODUCT_CHUNK_ELEMENTS", 1)
     chunked = spec.matrix(x, z, 0.6)
     (cx, cz) = torch.autograd.grad(chunked.sin().sum(), (x, z))
     torch.testing.assert_close(chunked, whole, rtol=1e-13, atol=1e-15)

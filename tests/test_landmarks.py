@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import references as ref
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -15,7 +16,6 @@ from kernel_layers.landmarks import (
     random_landmarks,
 )
 from kernel_layers.nystrom import NystromLayer
-from tests import references as ref
 
 
 def _linear(x: torch.Tensor, z: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -270,13 +270,17 @@ INITS = r"\['random', 'kmeans', 'kmeans\+\+', 'greedy'\]"
             ValueError,
             KM + r"'k' must be <= the number of rows of x \(20\)",
         ),
-        (lambda x: kmeans(x, 0), ValueError, KM + "'k' must be >= 1, got 0"),
+        (lambda x: kmeans(x, 0), ValueError, KM + "'k' must be an integer >= 1, got 0"),
         (
             lambda x: kmeans(x, 2, init="pp"),
             ValueError,
             KM + r"'init' must be one of \['kmeans\+\+', 'random'\], got 'pp'",
         ),
-        (lambda x: kmeans(x, 2, iters=0), ValueError, KM + "'iters' must be >= 1, got 0"),
+        (
+            lambda x: kmeans(x, 2, iters=0),
+            ValueError,
+            KM + "'iters' must be an integer >= 1, got 0",
+        ),
         (lambda x: kmeans(x, 2, tol=-1.0), ValueError, KM + "'tol' must be a finite number >= 0"),
         (lambda x: kmeans(x, 2, tol="a"), TypeError, KM + "'tol' must be a number >= 0"),
         (lambda x: kmeans(x[0], 2), ValueError, KM + r"'x' must have shape \[N, D\]"),
@@ -309,9 +313,13 @@ INITS = r"\['random', 'kmeans', 'kmeans\+\+', 'greedy'\]"
         (
             lambda x: greedy_landmarks(x, max_landmarks=0),
             ValueError,
-            GL + "'max_landmarks' must be >= 1",
+            GL + "'max_landmarks' must be an integer >= 1",
         ),
-        (lambda x: greedy_landmarks(x, batch_size=0), ValueError, GL + "'batch_size' must be >= 1"),
+        (
+            lambda x: greedy_landmarks(x, batch_size=0),
+            ValueError,
+            GL + "'batch_size' must be an integer >= 1",
+        ),
         (
             lambda x: greedy_landmarks(3),
             TypeError,

@@ -8,14 +8,13 @@ import warnings
 
 import numpy as np
 import pytest
+import references as ref
 import torch
+from layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 from sklearn.datasets import load_digits
 
 from kernel_layers import FourierLayer, NystromLayer
 from kernel_layers.kernels import get_kernel
-from tests import references as ref
-from tests import test_kernels as kref
-from tests.layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 
 
 def _build(cls: type, kwargs: dict) -> torch.nn.Module:
@@ -234,9 +233,9 @@ def _callable_kernel(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return torch.exp(-0.5 * torch.cdist(x, z).square())
 
 
-@pytest.mark.parametrize("name", sorted(kref.REFERENCES))
+@pytest.mark.parametrize("name", sorted(ref.KERNELS))
 def test_nystrom_exact_at_n_equals_n_for_every_kernel(name: str) -> None:
-    reference, params = kref.REFERENCES[name]
+    reference, params = ref.KERNELS[name]
     x = torch.rand(20, 4, dtype=torch.float64)
     layer = NystromLayer(
         4, 20, kernel=name, gamma=0.7, kernel_params=params, landmarks=x, jitter=1e-13
@@ -290,7 +289,7 @@ def test_nystrom_kernel_spec_feeds_nysdi() -> None:
 @pytest.mark.parametrize("name", ["cauchy", "skewed_chi2", "skewed_intersection"])
 @pytest.mark.parametrize("features", ["cos", "cossin"])
 def test_fourier_kernel_error_shrinks_for_new_kernels(name: str, features: str) -> None:
-    reference, params = kref.REFERENCES[name]
+    reference, params = ref.KERNELS[name]
     # the skewed kernels act on log(x + c): spread the inputs so the kernel is far from 1
     x = torch.rand(40, 3, dtype=torch.float64) * (5.0 if "skewed" in name else 1.0)
     exact = reference(x.numpy(), x.numpy(), 0.8, **params)

@@ -12,8 +12,8 @@ from torch import nn
 
 from kernel_layers import FourierLayer, NystromLayer
 from kernel_layers.data import TensorDataModule
-from kernel_layers.heads import RidgeHead
-from kernel_layers.module import KernelClassifier
+from kernel_layers.training.heads import RidgeHead
+from kernel_layers.training.module import KernelClassifier
 
 
 def _data(n: int = 1200, seed: int = 0) -> TensorDataModule:
@@ -186,7 +186,7 @@ def test_untrained_baseline_evaluates_without_fit() -> None:
     ("kwargs", "exc", "match"),
     [
         ({"objective": "svm"}, ValueError, r"'objective' must be one of \['di', 'ls', 'ce'\]"),
-        ({"num_classes": 1}, ValueError, "'num_classes' must be >= 2, got 1"),
+        ({"num_classes": 1}, ValueError, "'num_classes' must be an integer >= 2, got 1"),
         ({"rho": -1.0}, ValueError, "'rho' must be a finite number > 0"),
         ({"lr": 0.0}, ValueError, "'lr' must be a finite number > 0"),
         ({"backbone_lr": 0.0}, ValueError, "'backbone_lr' must be a finite number > 0"),

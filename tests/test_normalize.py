@@ -113,7 +113,9 @@ def test_errors() -> None:
         RuntimeError, match=r"FeatureCentering: the mean is not estimated; call fit"
     ):
         FeatureCentering(3)(torch.rand(2, 3))
-    with pytest.raises(ValueError, match="FeatureCentering: argument 'num_features' must be >= 1"):
+    with pytest.raises(
+        ValueError, match="FeatureCentering: argument 'num_features' must be an integer >= 1"
+    ):
         FeatureCentering(0)
     with pytest.raises(
         ValueError, match=r"FeatureCentering: argument 'momentum' must be None or in \(0, 1\]"

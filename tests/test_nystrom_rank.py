@@ -6,10 +6,10 @@ import pickle
 
 import numpy as np
 import pytest
+import references as ref
 import torch
 
 from kernel_layers.nystrom import NystromLayer, rank_k_map
-from tests import references as ref
 
 JITTER = 1e-12
 
@@ -109,7 +109,7 @@ def test_rank_k_map_rank_deficient_is_finite() -> None:
 @pytest.mark.parametrize(
     ("rank", "exc", "match"),
     [
-        (0, ValueError, "NystromLayer: argument 'rank' must be >= 1, got 0"),
+        (0, ValueError, "NystromLayer: argument 'rank' must be an integer >= 1, got 0"),
         (9, ValueError, r"NystromLayer: argument 'rank' must be None or <= out_features=8, got 9"),
         (2.5, TypeError, "NystromLayer: argument 'rank' must be an integer >= 1, got 2.5"),
     ],

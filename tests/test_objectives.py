@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import references as ref
 import torch
 from sklearn.datasets import load_digits
 
@@ -16,7 +17,6 @@ from kernel_layers import (
     nystrom_discriminant_information,
 )
 from kernel_layers.objectives import di_statistics, encode_targets, merge_statistics
-from tests import references as ref
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +237,7 @@ def test_encode_targets_one_hot() -> None:
         ({"rho": 0.0}, ValueError, "'rho' must be a finite number > 0, got 0.0"),
         ({"rho": "big"}, TypeError, "'rho' must be a number"),
         ({"form": "svd"}, ValueError, "'form' must be one of"),
-        ({"num_classes": 0}, ValueError, "'num_classes' must be >= 1, got 0"),
+        ({"num_classes": 0}, ValueError, "'num_classes' must be an integer >= 1, got 0"),
     ],
 )
 def test_di_errors(kwargs: dict, exc: type, match: str) -> None:

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from tests.test_data import make_mnist_dir, write_covtype, write_letter
+from formats import make_mnist_dir, write_covtype, write_letter
 
 reproduce = pytest.importorskip("reproduce")
 

@@ -104,7 +104,6 @@ def test_loading_a_checkpoint_of_another_shape_explains(runs: dict[str, Path]) -
     )
     with pytest.raises(ValueError, match=match):
         KernelClassifier.load_from_checkpoint(path, kernel_layer=NystromLayer(5, 7, gamma=2.0))
-    sys.path.insert(0, str(SCRIPT.parent))
     from resume_script import data
 
     model = KernelClassifier(NystromLayer(5, 7, gamma=2.0), num_classes=3)

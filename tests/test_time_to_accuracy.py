@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 tta = pytest.importorskip("time_to_accuracy")
 

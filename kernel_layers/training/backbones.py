@@ -16,7 +16,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_int
-from kernel_layers.module import KernelClassifier
+from kernel_layers.training.module import KernelClassifier
 
 __all__ = [
     "HEAD_ATTRIBUTES",

@@ -12,7 +12,6 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from kernel_layers._validation import check_int, check_positive
-from kernel_layers.heads import DEFAULT_HEAD_RHO, RidgeHead
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DEFAULT_RHO,
@@ -20,8 +19,8 @@ from kernel_layers.objectives import (
     discriminant_information,
     least_squares_loss,
     merge_statistics,
-    nystrom_discriminant_information,
 )
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
 
@@ -38,7 +37,7 @@ class KernelClassifier(LightningModule):
     * ``"di"``: maximise the Discriminant Information of each batch's features (NysDI,
       eq. 10, for a :class:`~kernel_layers.NystromLayer`; DI of the features, RFDI, for
       any other layer). No read-out is trained by gradient; accuracy comes from a
-      closed-form ridge classifier (:class:`~kernel_layers.heads.RidgeHead`) fitted
+      closed-form ridge classifier (:class:`~kernel_layers.training.heads.RidgeHead`) fitted
       exactly in one streamed pass over the training data whenever validation runs, at
       the end of fit, and before testing or predicting if it was never fitted.
     * ``"ls"``: the least-squares baseline: a ridge read-out (0/1 one-hot targets)
@@ -52,7 +51,8 @@ class KernelClassifier(LightningModule):
 
     Logged: ``train/di`` (``"di"``; per step) and ``train/di_epoch``, the mean of the
     epoch's batches so far, exact at the epoch's end (the quantity
-    :class:`~callbacks.PlateauDecay` and :class:`~callbacks.DISaturationStopping` watch);
+    :class:`~kernel_layers.callbacks.PlateauDecay` and
+    :class:`~kernel_layers.callbacks.DISaturationStopping` watch);
     ``train/loss`` (every objective), ``lr``, ``val/acc`` and ``test/acc``.
 
     Checkpoints (``ModelCheckpoint``) hold only tensors and primitive types, so they load
@@ -164,21 +164,17 @@ class KernelClassifier(LightningModule):
         return self.trainer.world_size if self._trainer is not None else 1
 
     def _di(self, h: Tensor, y: Tensor) -> Tensor:
-        """DI of the global batch (all processes' rows under DDP)."""
+        """DI of the global batch (all processes' rows under DDP).
+
+        The layer states how its DI is computed (``NystromLayer``: NysDI from inputs and
+        landmarks) through a ``discriminant_information(x, targets, *, rho, num_classes,
+        sync_dist)`` method; a layer without one gets the DI of its features.
+        """
         layer, hp = self.kernel_layer, self.hparams
         sync = self._world_size > 1
-        if isinstance(layer, NystromLayer):
-            return nystrom_discriminant_information(
-                h,
-                y,
-                layer.landmarks,
-                kernel=layer.kernel_spec,
-                gamma=layer.gamma,
-                rho=hp.rho,
-                jitter=layer.jitter,
-                num_classes=hp.num_classes,
-                sync_dist=sync,
-            )
+        layer_di = getattr(layer, "discriminant_information", None)
+        if callable(layer_di):
+            return layer_di(h, y, rho=hp.rho, num_classes=hp.num_classes, sync_dist=sync)
         return discriminant_information(
             layer(h), y, rho=hp.rho, num_classes=hp.num_classes, sync_dist=sync
         )

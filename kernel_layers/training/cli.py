@@ -20,7 +20,7 @@ import sys
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from kernel_layers.data import ArrayDataModule
-from kernel_layers.module import KernelClassifier
+from kernel_layers.training.module import KernelClassifier
 
 __all__ = ["KernelLayersCLI", "main"]
 

@@ -1,0 +1,483 @@
+"""The base data module: in-memory arrays, the paper's scaling, splits and loaders."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from kernel_layers._validation import check_bool, check_int
+from kernel_layers.data.sampling import ResumableLoader
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "ArrayDataModule",
+    "RawArrays",
+    "Scaling",
+    "TensorDataModule",
+    "default_batch_size",
+]
+
+DEFAULT_BATCH_SIZE = 1000
+#: Batch size of the paper when ``J > 500`` is ``BATCH_PER_FEATURE * J``.
+BATCH_PER_FEATURE = 2
+#: Fraction of the training split held out for validation by default.
+DEFAULT_VAL_FRACTION = 0.1
+#: A column whose training range is at most this (relative to its magnitude) is constant.
+CONSTANT_COLUMN_RTOL = 1e-12
+#: Rows scaled per chunk (bounds the float64 working memory of the scaler).
+SCALE_CHUNK_ROWS = 8192
+
+Scaling = Literal["feature", "global"]
+_SCALINGS = ("feature", "global")
+#: ``(x_train [N, D], y_train [N], x_test [M, D], y_test [M])`` as loaded from disk.
+RawArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def default_batch_size(num_features: int | None) -> int:
+    """The paper's batch-size rule: ``max(1000, 2 J)``, or ``1000`` when ``J`` is unknown.
+
+    Args:
+        num_features: output width ``J`` of the kernel layer, or ``None``.
+
+    Returns:
+        int: the batch size.
+    """
+    if num_features is None:
+        return DEFAULT_BATCH_SIZE
+    return max(DEFAULT_BATCH_SIZE, BATCH_PER_FEATURE * num_features)
+
+
+class _BatchedTensorDataset(TensorDataset):
+    """A :class:`TensorDataset` that serves a whole batch with one fancy-indexing call.
+
+    ``DataLoader`` hands the list of indices of a batch to ``__getitems__``; gathering
+    ``x[idx]`` at once is one to two orders of magnitude faster than stacking ``B``
+    single rows, which matters when the DI step itself takes milliseconds.
+    """
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return tuple(t[index] for t in self.tensors)
+
+
+def _collate_batched(batch: tuple[Tensor, ...]) -> list[Tensor]:
+    """Collate for :class:`_BatchedTensorDataset`: the batch is already stacked."""
+    return list(batch)
+
+
+def split_seeds(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """Independent generators for the train/test split and the validation split."""
+    test_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
+    return np.random.default_rng(test_seq), np.random.default_rng(val_seq)
+
+
+def failure_reason(err: BaseException) -> str:
+    """One-line description of a download failure."""
+    text = " ".join(str(err).split())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"the download failed ({type(err).__name__}: {text})"
+
+
+class ArrayDataModule(LightningDataModule):
+    """Base of the data modules: in-memory arrays, min-max scaling, splits and loaders.
+
+    Subclasses implement :meth:`_locate`, which finds (or downloads) the data and returns
+    a loader of raw arrays; this class carves the validation split, fits the scaler on
+    the training rows, and serves :class:`~torch.utils.data.TensorDataset` splits of
+    ``float32`` features in ``[0, 1]`` and ``int64`` labels.
+
+    Scaling maps each feature (``scaling="feature"``) or all features jointly
+    (``scaling="global"``, the natural choice for pixels) to ``[0, 1]`` with the minimum
+    and maximum of the training rows: ``x' = (x - min) / (max - min)``. A constant
+    training column maps to ``0`` in every split (no division by zero). Validation and
+    test values are not clipped unless ``clip=True`` (as scikit-learn's
+    ``MinMaxScaler``), so they may fall slightly outside ``[0, 1]``.
+
+    Args:
+        batch_size: training (and evaluation) batch size; ``None`` applies the paper's
+            rule :func:`default_batch_size`. Training batches are capped at the size of
+            the training split.
+        num_features: output width ``J`` of the kernel layer, used only by the batch-size
+            rule ``max(1000, 2 J)``.
+        val_fraction: fraction of the training split held out for validation, in
+            ``[0, 1)``; ``0`` disables validation.
+        scaling: ``"feature"`` (per-column min-max), ``"global"`` (one min and max for all
+            columns) or ``None`` for the dataset's default (:attr:`default_scaling`).
+        clip: clip validation / test features to ``[0, 1]``.
+        num_workers: ``DataLoader`` worker processes.
+        pin_memory: pin batches in page-locked memory (faster host-to-GPU copies).
+        seed: seed of the validation split (and of random train/test splits).
+        shuffle: shuffle training batches.
+        drop_last: drop the incomplete last training batch.
+
+    Attributes:
+        num_classes (int): number of classes (known before :meth:`setup`).
+        in_features (int): flattened feature dimension ``D`` (known before :meth:`setup`).
+        input_shape (tuple[int, ...]): shape of one sample, ``(D,)`` or ``(C, H, W)``.
+        batch_size (int): the resolved batch size.
+        train_dataset (TensorDataset): ``x (Tensor[N, *input_shape])``, ``y (Tensor[N])``.
+        val_dataset (TensorDataset | None): the held-out part of the training split.
+        test_dataset (TensorDataset): the test split.
+        data_min (Tensor[D]): per-column training minimum used by the scaler.
+        data_max (Tensor[D]): per-column training maximum used by the scaler.
+    """
+
+    num_classes: int
+    in_features: int
+    input_shape: tuple[int, ...]
+    #: Scaling used when ``scaling=None``.
+    default_scaling: ClassVar[Scaling] = "feature"
+
+    def __init__(
+        self,
+        *,
+        batch_size: int | None = None,
+        num_features: int | None = None,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        scaling: Scaling | None = None,
+        clip: bool = False,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__()
+        self._check_int("batch_size", batch_size, 1, optional=True)
+        self._check_int("num_features", num_features, 1, optional=True)
+        self._check_int("num_workers", num_workers, 0)
+        self._check_int("seed", seed, 0)
+        for name, flag in (
+            ("clip", clip),
+            ("pin_memory", pin_memory),
+            ("shuffle", shuffle),
+            ("drop_last", drop_last),
+        ):
+            self._check_bool(name, flag)
+        if (
+            isinstance(val_fraction, bool)
+            or not isinstance(val_fraction, (int, float))
+            or not 0.0 <= val_fraction < 1.0
+        ):
+            raise ValueError(
+                f"{self._name}: argument 'val_fraction' must be in [0, 1), got {val_fraction!r}"
+            )
+        if scaling is not None and scaling not in _SCALINGS:
+            raise ValueError(
+                f"{self._name}: argument 'scaling' must be one of {_SCALINGS} or None, "
+                f"got {scaling!r}"
+            )
+        self._requested_batch_size = batch_size
+        self.batch_size: int = (
+            batch_size if batch_size is not None else default_batch_size(num_features)
+        )
+        self.num_features = num_features
+        self.val_fraction = float(val_fraction)
+        self.scaling: Scaling = scaling if scaling is not None else self.default_scaling
+        self.clip = clip
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+
+        self.train_dataset: TensorDataset | None = None
+        self.val_dataset: TensorDataset | None = None
+        self.test_dataset: TensorDataset | None = None
+        self.data_min: Tensor | None = None
+        self.data_max: Tensor | None = None
+        self._shift: np.ndarray | None = None
+        self._divisor: np.ndarray | None = None
+        self._keep: np.ndarray | None = None
+        self._warned_cap = False
+
+    # ------------------------------------------------------------------ validation
+    @property
+    def _name(self) -> str:
+        return type(self).__name__
+
+    def _check_int(self, name: str, value: Any, low: int, *, optional: bool = False) -> None:
+        if value is None and optional:
+            return
+        check_int(self._name, name, value, minimum=low)
+
+    def _check_bool(self, name: str, value: Any) -> None:
+        check_bool(self._name, name, value)
+
+    # ------------------------------------------------------------------ data access
+    @abstractmethod
+    def _locate(self) -> Callable[[], RawArrays]:
+        """Find the data (downloading it if allowed) and return a loader of raw arrays.
+
+        Returns:
+            Callable: returns ``(x_train [N, D], y_train [N], x_test [M, D], y_test [M])``
+            with integer labels in ``[0, num_classes)``.
+
+        Raises:
+            DatasetNotFoundError: no local data and no download possible.
+        """
+
+    def prepare_data(self) -> None:
+        """Download the data if needed (Lightning calls this on one process per node)."""
+        self._locate()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load, split and scale the data (idempotent; all stages are set up at once).
+
+        Args:
+            stage: Lightning stage (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``);
+                ignored.
+        """
+        if self.train_dataset is not None:
+            return
+        x_train, y_train, x_test, y_test = self._locate()()
+        self._build(x_train, y_train, x_test, y_test)
+
+    def _check_arrays(self, x: np.ndarray, y: np.ndarray, split: str) -> tuple[np.ndarray, ...]:
+        x = np.asarray(x)
+        y = np.asarray(y)
+        x = x.reshape(len(x), -1)
+        if x.shape[1] != self.in_features:
+            raise ValueError(
+                f"{self._name}: {split} features must have {self.in_features} columns, "
+                f"got {x.shape[1]}"
+            )
+        if y.ndim != 1 or len(y) != len(x):
+            raise ValueError(
+                f"{self._name}: {split} labels must have shape [{len(x)}], got {list(y.shape)}"
+            )
+        if len(y) and (
+            not np.all(np.isfinite(y))
+            or not np.all(y == np.round(y))
+            or y.min() < 0
+            or y.max() >= self.num_classes
+        ):
+            raise ValueError(
+                f"{self._name}: {split} labels must be integers in [0, {self.num_classes}), "
+                f"got values in [{y.min()}, {y.max()}]"
+            )
+        if not np.issubdtype(x.dtype, np.integer) and not np.all(np.isfinite(x)):
+            raise ValueError(f"{self._name}: {split} features contain NaN or Inf")
+        return x, y.astype(np.int64)
+
+    def _build(
+        self, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
+    ) -> None:
+        """Split validation rows off, fit the scaler on the training rows, build datasets."""
+        x_train, y_train = self._check_arrays(x_train, y_train, "train")
+        x_test, y_test = self._check_arrays(x_test, y_test, "test")
+        n = len(x_train)
+        n_val = round(self.val_fraction * n)
+        if self.val_fraction > 0:
+            n_val = max(n_val, 1)
+        if n - n_val < 1:
+            raise ValueError(
+                f"{self._name}: the training split has {n} rows, too few to hold out "
+                f"val_fraction={self.val_fraction} for validation"
+            )
+        _, val_rng = split_seeds(self.seed)
+        perm = val_rng.permutation(n)
+        val_idx, fit_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        x_fit = x_train[fit_idx]
+        self._fit_scaler(x_fit)
+        self.train_dataset = self._dataset(x_fit, y_train[fit_idx], clip=True)
+        self.val_dataset = (
+            self._dataset(x_train[val_idx], y_train[val_idx], clip=self.clip) if n_val else None
+        )
+        self.test_dataset = self._dataset(x_test, y_test, clip=self.clip)
+
+    def _fit_scaler(self, x: np.ndarray) -> None:
+        """Min-max statistics of ``x (np.ndarray[N, D])`` (global or per column)."""
+        if self.scaling == "global":
+            lo = np.full(x.shape[1], x.min(), dtype=np.float64)
+            hi = np.full(x.shape[1], x.max(), dtype=np.float64)
+        else:
+            lo = x.min(axis=0).astype(np.float64)
+            hi = x.max(axis=0).astype(np.float64)
+        span = hi - lo
+        constant = span <= CONSTANT_COLUMN_RTOL * np.maximum(1.0, np.maximum(abs(lo), abs(hi)))
+        self._shift = lo
+        self._divisor = np.where(constant, 1.0, span)
+        self._keep = (~constant).astype(np.float64)
+        self.data_min = torch.from_numpy(lo.copy())
+        self.data_max = torch.from_numpy(hi.copy())
+
+    def _scale(self, x: np.ndarray, *, clip: bool) -> Tensor:
+        """Scale ``x (np.ndarray[N, D])`` into a new ``Tensor[N, D]`` of float32."""
+        if self._shift is None or self._divisor is None or self._keep is None:
+            raise RuntimeError(f"{self._name}: call setup() before scaling features")
+        out = torch.empty(x.shape, dtype=torch.float32)
+        for start in range(0, len(x), SCALE_CHUNK_ROWS):
+            chunk = x[start : start + SCALE_CHUNK_ROWS].astype(np.float64)
+            chunk = (chunk - self._shift) / self._divisor * self._keep
+            if clip:
+                np.clip(chunk, 0.0, 1.0, out=chunk)
+            out[start : start + len(chunk)] = torch.from_numpy(chunk)
+        return out
+
+    def _dataset(self, x: np.ndarray, y: np.ndarray, *, clip: bool) -> TensorDataset:
+        features = self._scale(x, clip=clip).reshape(len(x), *self.input_shape)
+        return _BatchedTensorDataset(features, torch.from_numpy(y))
+
+    def transform(self, x: Tensor | np.ndarray) -> Tensor:
+        """Scale new raw features with the training statistics (no clipping).
+
+        Args:
+            x (Tensor[N, D] | Tensor[N, *input_shape]): raw features in the units of the
+                files (e.g. pixels 0..255).
+
+        Returns:
+            Tensor[N, *input_shape]: float32 scaled features.
+        """
+        self.setup()
+        array = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+        array = array.reshape(len(array), -1)
+        if array.shape[1] != self.in_features:
+            raise ValueError(
+                f"{self._name}: transform expects {self.in_features} features per row, "
+                f"got {array.shape[1]}"
+            )
+        return self._scale(array, clip=self.clip).reshape(len(array), *self.input_shape)
+
+    def train_features(self) -> Tensor:
+        """Scaled training features (e.g. for ``NystromLayer.from_data`` landmarks).
+
+        Calls :meth:`setup` if needed.
+
+        Returns:
+            Tensor[N, *input_shape]: float32 features in ``[0, 1]``.
+        """
+        self.setup()
+        assert self.train_dataset is not None
+        return self.train_dataset.tensors[0]
+
+    def train_targets(self) -> Tensor:
+        """Training labels (calls :meth:`setup` if needed).
+
+        Returns:
+            Tensor[N]: int64 labels in ``[0, num_classes)``.
+        """
+        self.setup()
+        assert self.train_dataset is not None
+        return self.train_dataset.tensors[1]
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, dataset: TensorDataset, *, train: bool) -> DataLoader:
+        batch_size = self.batch_size
+        if train and batch_size > len(dataset):
+            if self._requested_batch_size is not None and not self._warned_cap:
+                rank_zero_warn(
+                    f"{self._name}: batch_size={batch_size} exceeds the {len(dataset)} "
+                    f"training rows; using batches of {len(dataset)}"
+                )
+                self._warned_cap = True
+            batch_size = len(dataset)
+        options = {
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.num_workers > 0,
+            "collate_fn": _collate_batched,
+        }
+        trainer = getattr(self, "trainer", None)
+        if train and (trainer is None or trainer.world_size == 1):
+            # Seeded per epoch and stateful: a fit killed mid-epoch resumes on exactly the
+            # same batches. (Under DDP, Lightning swaps in its DistributedSampler.)
+            return ResumableLoader(
+                dataset,
+                batch_size=batch_size,
+                seed=self.seed,
+                shuffle=self.shuffle,
+                drop_last=self.drop_last,
+                **options,
+            )
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=train and self.shuffle,
+            drop_last=train and self.drop_last,
+            **options,
+        )
+
+    def _require(self, dataset: TensorDataset | None, split: str) -> TensorDataset:
+        if dataset is None:
+            raise RuntimeError(f"{self._name}: call setup() before requesting the {split} loader")
+        return dataset
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches ``(x [B, *input_shape], y [B])``, incomplete last dropped."""
+        return self._loader(self._require(self.train_dataset, "train"), train=True)
+
+    def train_eval_dataloader(self) -> DataLoader:
+        """Every training row once, in order, nothing dropped (for exact read-out fits)."""
+        return self._loader(self._require(self.train_dataset, "train"), train=False)
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """Validation batches, or an empty list when ``val_fraction == 0`` (no validation)."""
+        if self.val_dataset is None:
+            self._require(self.train_dataset, "val")
+            return []
+        return self._loader(self.val_dataset, train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        """Test batches ``(x [B, *input_shape], y [B])`` in file order."""
+        return self._loader(self._require(self.test_dataset, "test"), train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The test batches again; ``batch[0]`` holds the features."""
+        return self._loader(self._require(self.test_dataset, "predict"), train=False)
+
+
+class TensorDataModule(ArrayDataModule):
+    """Data module over arrays already in memory (generated data, user data, tests).
+
+    Args:
+        x_train (Tensor[N, *S] | np.ndarray): raw training features of sample shape ``S``.
+        y_train (Tensor[N] | np.ndarray): integer training labels in ``[0, num_classes)``.
+        x_test (Tensor[M, *S] | np.ndarray): raw test features.
+        y_test (Tensor[M] | np.ndarray): integer test labels.
+        num_classes: number of classes; ``None`` infers ``max(label) + 1``.
+        **kwargs: the options of :class:`ArrayDataModule` (``batch_size``,
+            ``num_features``, ``val_fraction``, ``scaling``, ...).
+    """
+
+    def __init__(
+        self,
+        x_train: Tensor | np.ndarray,
+        y_train: Tensor | np.ndarray,
+        x_test: Tensor | np.ndarray,
+        y_test: Tensor | np.ndarray,
+        *,
+        num_classes: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._check_int("num_classes", num_classes, 1, optional=True)
+        arrays = [
+            t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
+            for t in (x_train, y_train, x_test, y_test)
+        ]
+        if arrays[0].ndim < 2 or arrays[2].shape[1:] != arrays[0].shape[1:]:
+            raise ValueError(
+                f"{self._name}: x_train must be [N, *S] and x_test [M, *S] with the same S, "
+                f"got {list(arrays[0].shape)} and {list(arrays[2].shape)}"
+            )
+        self._arrays: RawArrays = (arrays[0], arrays[1], arrays[2], arrays[3])
+        self.input_shape = tuple(int(s) for s in arrays[0].shape[1:])
+        self.in_features = int(np.prod(self.input_shape))
+        if num_classes is None:
+            labels = np.concatenate([arrays[1].ravel(), arrays[3].ravel()])
+            num_classes = int(labels.max()) + 1 if labels.size else 1
+        self.num_classes = num_classes
+        self.save_hyperparameters(ignore=["x_train", "y_train", "x_test", "y_test"])
+
+    def _locate(self) -> Callable[[], RawArrays]:
+        return lambda: self._arrays

@@ -1,0 +1,208 @@
+"""MNIST and Fashion-MNIST from their IDX files (or torchvision's download)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from kernel_layers.data import readers
+from kernel_layers.data.base import (
+    DEFAULT_VAL_FRACTION,
+    ArrayDataModule,
+    RawArrays,
+    Scaling,
+    failure_reason,
+)
+from kernel_layers.data.readers import (
+    DatasetNotFoundError,
+    download_timeout,
+    read_idx,
+)
+
+__all__ = ["MNIST_IDX_FILES", "MNIST_IMAGE_SHAPE", "FashionMNISTDataModule", "MNISTDataModule"]
+
+#: MNIST / Fashion-MNIST image shape (channels, height, width).
+MNIST_IMAGE_SHAPE = (1, 28, 28)
+#: The four IDX files of MNIST / Fashion-MNIST (each may also carry a ``.gz`` suffix).
+MNIST_IDX_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+class _IDXDataModule(ArrayDataModule):
+    """MNIST-format data (four IDX files) through ``torchvision.datasets``."""
+
+    #: Name of torchvision's dataset class, also its folder under ``root``.
+    torchvision_name: ClassVar[str]
+    title: ClassVar[str]
+    num_classes = 10
+    in_features = int(np.prod(MNIST_IMAGE_SHAPE))
+    default_scaling: ClassVar[Scaling] = "global"
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = "data",
+        *,
+        flatten: bool = True,
+        download: bool = True,
+        batch_size: int | None = None,
+        num_features: int | None = None,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        scaling: Scaling | None = None,
+        clip: bool = False,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            num_features=num_features,
+            val_fraction=val_fraction,
+            scaling=scaling,
+            clip=clip,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        if not isinstance(root, (str, os.PathLike)):
+            raise TypeError(
+                f"{self._name}: argument 'root' must be a str or path, got {type(root).__name__}"
+            )
+        self._check_bool("flatten", flatten)
+        self._check_bool("download", download)
+        self.root = Path(root)
+        self.flatten = flatten
+        self.download = download
+        self.input_shape = (self.in_features,) if flatten else MNIST_IMAGE_SHAPE
+        self.save_hyperparameters()
+
+    @property
+    def raw_folder(self) -> Path:
+        """torchvision's folder for the IDX files: ``<root>/<Name>/raw``."""
+        return self.root / self.torchvision_name / "raw"
+
+    def _candidate_dirs(self) -> tuple[Path, ...]:
+        return (self.raw_folder, self.root / self.torchvision_name, self.root)
+
+    def _find_files(self) -> dict[str, Path] | None:
+        """The four IDX files from the first directory that holds all of them."""
+        for folder in self._candidate_dirs():
+            found: dict[str, Path] = {}
+            for name in MNIST_IDX_FILES:
+                for candidate in (folder / name, folder / f"{name}.gz"):
+                    if candidate.is_file():
+                        found[name] = candidate
+                        break
+            if len(found) == len(MNIST_IDX_FILES):
+                return found
+        return None
+
+    def _download(self) -> None:
+        import torchvision.datasets
+
+        cls = getattr(torchvision.datasets, self.torchvision_name)
+        readers.check_network([mirror + cls.resources[0][0] for mirror in cls.mirrors])
+        with download_timeout():
+            cls(str(self.root), train=True, download=True)
+
+    def _locate(self) -> Callable[[], RawArrays]:
+        files = self._find_files()
+        if files is None:
+            reason = "download is disabled (download=False)"
+            if self.download:
+                try:
+                    self._download()
+                except Exception as err:
+                    reason = failure_reason(err)
+                files = self._find_files()
+        if files is None:
+            names = ", ".join(MNIST_IDX_FILES)
+            raise DatasetNotFoundError(
+                f"{self._name}: no {self.title} data under '{self.root}' and {reason}. "
+                f"Expected the four IDX files {names} (each optionally gzipped, '.gz') in "
+                f"'{self.raw_folder}' (torchvision's layout) or directly in '{self.root}'; "
+                f"copy them there, or run once with network and download=True."
+            ) from None
+        return lambda: self._read(files)
+
+    def _read(self, files: dict[str, Path]) -> RawArrays:
+        arrays = []
+        for split in ("train", "t10k"):
+            images_path = files[f"{split}-images-idx3-ubyte"]
+            labels_path = files[f"{split}-labels-idx1-ubyte"]
+            try:
+                images, labels = read_idx(images_path), read_idx(labels_path)
+            except ValueError as err:
+                raise ValueError(f"{self._name}: {err}") from None
+            if images.ndim != 3 or images.shape[1:] != MNIST_IMAGE_SHAPE[1:]:
+                raise ValueError(
+                    f"{self._name}: '{images_path}' must hold images [N, 28, 28], "
+                    f"got {list(images.shape)}"
+                )
+            if labels.shape != (len(images),):
+                raise ValueError(
+                    f"{self._name}: '{labels_path}' must hold {len(images)} labels to match "
+                    f"'{images_path}', got shape {list(labels.shape)}"
+                )
+            arrays += [images.reshape(len(images), -1), labels.astype(np.int64)]
+        return arrays[0], arrays[1], arrays[2], arrays[3]
+
+
+class MNISTDataModule(_IDXDataModule):
+    """MNIST (LeCun et al.): 60000 / 10000 handwritten digits, 28x28 pixels, 10 classes.
+
+    Data come from the four IDX files, found in ``<root>/MNIST/raw`` (torchvision's
+    layout, where ``download=True`` puts them through ``torchvision.datasets.MNIST``,
+    checksummed) or directly in ``<root>``; plain or gzipped files both work, so a
+    directory holding the four files works offline.
+
+    Pixels are min-max scaled with the global training minimum and maximum
+    (``scaling="global"``, i.e. ``/255``); ``scaling="feature"`` scales each pixel on its
+    own (then test pixels that are rare in training can land far above 1).
+
+    Args:
+        root: directory holding the data (see above).
+        flatten: serve ``x (Tensor[B, 784])`` for standalone kernel layers; ``False``
+            serves images ``x (Tensor[B, 1, 28, 28])`` for convolutional backbones.
+        download: download through torchvision when the files are missing.
+        batch_size: see :class:`ArrayDataModule` (the other arguments too).
+        num_features: kernel layer width ``J`` for the batch-size rule ``max(1000, 2J)``.
+        val_fraction: fraction of the 60000 training images held out for validation.
+        scaling: ``"global"`` (default) or ``"feature"``.
+        clip: clip validation / test features to ``[0, 1]``.
+        num_workers: ``DataLoader`` workers.
+        pin_memory: pin batches in page-locked memory.
+        seed: seed of the validation split.
+        shuffle: shuffle training batches.
+        drop_last: drop the incomplete last training batch.
+
+    Raises:
+        DatasetNotFoundError: (from :meth:`prepare_data` / :meth:`setup`) no files and no
+            download possible; names the directory and the four files.
+    """
+
+    torchvision_name = "MNIST"
+    title = "MNIST"
+
+
+class FashionMNISTDataModule(_IDXDataModule):
+    """Fashion-MNIST (Xiao et al.): 60000 / 10000 clothing images, 28x28, 10 classes.
+
+    Same layout and options as :class:`MNISTDataModule`, with torchvision's folder
+    ``<root>/FashionMNIST/raw``. A Debian ``dataset-fashion-mnist`` package provides the
+    four gzipped IDX files in ``/usr/share/datasets/fashion-mnist``, usable as ``root``.
+    """
+
+    torchvision_name = "FashionMNIST"
+    title = "Fashion-MNIST"

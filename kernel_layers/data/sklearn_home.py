@@ -1,0 +1,73 @@
+"""Data modules whose files live in a scikit-learn ``data_home`` (CovType, Letter)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from kernel_layers.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, Scaling
+
+__all__ = ["SklearnHomeDataModule", "resolve_sklearn_home"]
+
+
+def resolve_sklearn_home(data_home: str | os.PathLike[str] | None) -> Path:
+    """scikit-learn's data home without creating it (``get_data_home`` would)."""
+    if data_home is None:
+        data_home = os.environ.get("SCIKIT_LEARN_DATA", os.path.join("~", "scikit_learn_data"))
+    return Path(os.path.expanduser(os.fspath(data_home)))
+
+
+class SklearnHomeDataModule(ArrayDataModule):
+    """Common arguments of the data modules cached under scikit-learn's ``data_home``."""
+
+    def __init__(
+        self,
+        data_home: str | os.PathLike[str] | None = None,
+        *,
+        download: bool = True,
+        batch_size: int | None = None,
+        num_features: int | None = None,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        scaling: Scaling | None = None,
+        clip: bool = False,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            num_features=num_features,
+            val_fraction=val_fraction,
+            scaling=scaling,
+            clip=clip,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        if data_home is not None and not isinstance(data_home, (str, os.PathLike)):
+            raise TypeError(
+                f"{self._name}: argument 'data_home' must be a str, path or None, "
+                f"got {type(data_home).__name__}"
+            )
+        self._check_bool("download", download)
+        self.data_home = resolve_sklearn_home(data_home)
+        self.download = download
+        self.input_shape = (self.in_features,)
+        self.save_hyperparameters()
+
+    def _find_raw(self, names: Sequence[str], subdir: str) -> Path | None:
+        for folder in (self.data_home, self.data_home / subdir):
+            for name in names:
+                if (folder / name).is_file():
+                    return folder / name
+        return None
+
+    @staticmethod
+    def _proportional_split(n: int, full: int, train: int) -> int:
+        """Training rows: the paper's count on the full data, the same proportion else."""
+        return train if n == full else round(n * train / full)
