@@ -44,6 +44,13 @@ DEFAULT_DEGREE = 3
 DEFAULT_COEF0 = 1.0
 
 
+def _distinct(x: Tensor, z: Tensor) -> Tensor:
+    """``z``, or a view of it when it is ``x``: an autograd function then gets two
+    distinct tensor inputs (``torch.compile`` refuses the same tensor twice), and
+    autograd still sums both gradients into ``x``."""
+    return x.view_as(x) if z is x else z
+
+
 def check_above_shift(owner: str, name: str, x: Tensor, c: float = DEFAULT_SKEWEDNESS) -> None:
     """Raise unless every entry of ``x`` is ``> -c`` (skipped under ``torch.compile``)."""
     if is_compiling() or x.numel() == 0:
@@ -83,7 +90,7 @@ def gaussian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
     Returns:
         Tensor[B, n]: the kernel matrix, entries in ``(0, 1]``.
     """
-    return GaussianKernelFunction.apply(x, z, float(gamma), x is z)
+    return GaussianKernelFunction.apply(x, _distinct(x, z), float(gamma), x is z)
 
 
 def laplacian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
@@ -100,6 +107,8 @@ def laplacian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
     Returns:
         Tensor[B, n]: the kernel matrix, entries in ``(0, 1]``.
     """
+    if torch.compiler.is_exporting():  # ONNX has no cdist: broadcast (B x n x D memory)
+        return torch.exp((x[:, None, :] - z[None, :, :]).abs().sum(-1) * (-gamma))
     return torch.exp(torch.cdist(x, z, p=1.0) * (-gamma))
 
 
@@ -117,7 +126,7 @@ def cauchy_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
     Returns:
         Tensor[B, n]: the kernel matrix, entries in ``(0, 1]``.
     """
-    return ProductKernelFunction.apply(x, z, float(gamma), *cauchy_factor)
+    return ProductKernelFunction.apply(x, _distinct(x, z), float(gamma), *cauchy_factor)
 
 
 def log_shift(
@@ -169,7 +178,7 @@ def skewed_chi2_kernel(x: Tensor, z: Tensor, gamma: float, c: float = DEFAULT_SK
     owner = "skewed_chi2_kernel"
     u = log_shift(x, c, owner=owner, name="x")
     v = u if z is x else log_shift(z, c, owner=owner, name="z")
-    return ProductKernelFunction.apply(u, v, float(gamma), *sech_factor)
+    return ProductKernelFunction.apply(u, _distinct(u, v), float(gamma), *sech_factor)
 
 
 def skewed_intersection_kernel(
@@ -254,4 +263,4 @@ def chi2_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
     check_nonnegative_input("chi2_kernel", "x", x)
     if z is not x:
         check_nonnegative_input("chi2_kernel", "z", z)
-    return ProductKernelFunction.apply(x, z, float(gamma), *chi2_factor)
+    return ProductKernelFunction.apply(x, _distinct(x, z), float(gamma), *chi2_factor)
