@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from kernel_layers._random import make_generator
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
-from kernel_layers.kernels import Kernel, get_kernel
+from kernel_layers.kernels import Kernel, get_kernel, registered_name
 from kernel_layers.landmarks import random_landmarks
 from kernel_layers.nystrom import NystromLayer
 
@@ -128,6 +128,19 @@ class EnsembleNystrom(nn.Module):
             )
             for i, size in enumerate(self.sizes)
         )
+
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings as primitives (landmarks and weights: the state dict)."""
+        first = self.maps[0]
+        return {
+            "in_features": self.in_features,
+            "out_features": list(self.sizes),
+            "kernel": registered_name(type(self).__name__, self.kernel),
+            "gamma": self.gamma,
+            "kernel_params": dict(self.kernel_params),
+            "trainable": first.landmarks.requires_grad,
+            "jitter": first._jitter,
+        }
 
     @classmethod
     def from_data(

@@ -19,7 +19,7 @@ from kernel_layers._validation import (
     check_positive,
     raise_not_scriptable,
 )
-from kernel_layers.kernels import Kernel, get_kernel, spectral_quantiles
+from kernel_layers.kernels import Kernel, get_kernel, registered_name, spectral_quantiles
 from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
@@ -379,6 +379,21 @@ class FourierLayer(nn.Module):
         return discriminant_information(
             self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
         )
+
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings as primitives (the draws come from the state dict)."""
+        return {
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "kernel": registered_name(type(self).__name__, self.kernel),
+            "gamma": self.gamma,
+            "kernel_params": dict(self.kernel_params),
+            "trainable": self.trainable,
+            "ard": self.ard,
+            "blocks": None if self.blocks is None else [list(b) for b in self.blocks],
+            "trainable_frequencies": self.trainable_frequencies,
+            "features": self.features,
+        }
 
     def __prepare_scriptable__(self) -> nn.Module:
         raise_not_scriptable(type(self).__name__)

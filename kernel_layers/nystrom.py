@@ -24,7 +24,7 @@ from kernel_layers._validation import (
     check_positive,
     raise_not_scriptable,
 )
-from kernel_layers.kernels import Kernel, get_kernel
+from kernel_layers.kernels import Kernel, get_kernel, registered_name
 from kernel_layers.landmarks import (
     DEFAULT_ETA,
     greedy_landmarks,
@@ -32,7 +32,11 @@ from kernel_layers.landmarks import (
     kmeans_plus_plus,
     random_landmarks,
 )
-from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
+from kernel_layers.objectives import (
+    DEFAULT_RHO,
+    discriminant_information,
+    nystrom_discriminant_information,
+)
 
 __all__ = ["NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
 
@@ -261,6 +265,11 @@ class NystromLayer(nn.Module):
         return self._jitter if self._jitter is not None else default_jitter(self.landmarks.dtype)
 
     @property
+    def feature_width(self) -> int:
+        """The width of the features: ``rank`` with truncation, else ``out_features``."""
+        return self.out_features if self.rank is None else self.rank
+
+    @property
     def rank(self) -> int | None:
         """Rank-k truncation (``None``: the full map of all ``out_features`` landmarks)."""
         return self._rank
@@ -390,7 +399,8 @@ class NystromLayer(nn.Module):
         num_classes: int | None = None,
         sync_dist: bool = False,
     ) -> Tensor:
-        """DI of this layer's features of ``x``, computed as NysDI (eq. 10 of the DI paper).
+        """DI of this layer's features of ``x``: NysDI (eq. 10 of the DI paper), or with
+        rank-k truncation the DI of the ``rank`` features.
 
         The layer states how its DI is computed (``KernelClassifier`` asks it): from the
         inputs and landmarks, without forming the features.
@@ -405,6 +415,10 @@ class NystromLayer(nn.Module):
         Returns:
             Tensor[]: the DI of the (global) batch.
         """
+        if self.rank is not None:  # NysDI is the full map's DI: use the rank-k features
+            return discriminant_information(
+                self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
+            )
         return nystrom_discriminant_information(
             x,
             targets,
@@ -416,6 +430,23 @@ class NystromLayer(nn.Module):
             num_classes=num_classes,
             sync_dist=sync_dist,
         )
+
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings as primitives (the landmarks come from the state dict).
+
+        Raises:
+            ValueError: the kernel is a user callable, which has no name to record.
+        """
+        return {
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "kernel": registered_name(type(self).__name__, self.kernel),
+            "gamma": self.gamma,
+            "kernel_params": dict(self.kernel_params),
+            "trainable": self.landmarks.requires_grad,
+            "rank": self.rank,
+            "jitter": self._jitter,
+        }
 
     def __prepare_scriptable__(self) -> nn.Module:
         raise_not_scriptable(type(self).__name__)

@@ -72,6 +72,7 @@ from kernel_layers.kernels.registry import (
     get_kernel,
     kernel_from_callable,
     register_kernel,
+    registered_name,
 )
 from kernel_layers.kernels.sampling import sample_frequencies, spectral_quantiles
 
@@ -90,6 +91,7 @@ __all__ = [
     "log_shift",
     "polynomial_kernel",
     "register_kernel",
+    "registered_name",
     "sample_frequencies",
     "skewed_chi2_kernel",
     "skewed_intersection_kernel",

@@ -36,6 +36,7 @@ __all__ = [
     "get_kernel",
     "kernel_from_callable",
     "register_kernel",
+    "registered_name",
 ]
 
 
@@ -238,6 +239,22 @@ def register_kernel(kernel: Kernel, *, overwrite: bool = False) -> Kernel:
         )
     _REGISTRY[kernel.name] = kernel
     return kernel
+
+
+def registered_name(owner: str, name: str) -> str:
+    """``name`` if a kernel is registered under it, else raise (for saving settings).
+
+    Raises:
+        ValueError: ``name`` is not registered (a user callable or an unregistered
+            :class:`Kernel`), so the setting cannot be written to a checkpoint.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"{owner}: argument 'kernel' must be a registered kernel name to be saved "
+            f"(register_kernel(...) it, or pass the layer to load_from_checkpoint), "
+            f"got {name!r}"
+        )
+    return name
 
 
 def available_kernels(*, spectral: bool = False) -> list[str]:

@@ -67,6 +67,14 @@ class SmallCNN(nn.Module):
         )
         self.project = nn.Sequential(nn.Linear(32 * width, self.out_features), nn.Tanh())
 
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings (the weights come from the state dict)."""
+        return {
+            "in_channels": self.in_channels,
+            "out_features": self.out_features,
+            "width": self.width,
+        }
+
     def forward(self, x: Tensor) -> Tensor:
         """Features ``x (Tensor[B, C, H, W]) -> Tensor[B, out_features]``."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
@@ -111,6 +119,10 @@ class ResNet18Backbone(nn.Module):
         net = resnet18(weights=None)
         net.conv1 = nn.Conv2d(self.in_channels, 64, 3, stride=stem_stride, padding=1, bias=False)
         self.net, self.out_features = strip_head(net)
+
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings (the weights come from the state dict)."""
+        return {"in_channels": self.in_channels, "stem_stride": self.stem_stride}
 
     def forward(self, x: Tensor) -> Tensor:
         """Features ``x (Tensor[B, C, H, W]) -> Tensor[B, 512]``."""

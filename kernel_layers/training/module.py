@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,9 +21,23 @@ from kernel_layers.objectives import (
     least_squares_loss,
     merge_statistics,
 )
+from kernel_layers.training.architecture import build_module, describe_module, is_spec
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
+
+
+def _cli_config() -> dict[str, Any]:
+    """The ``class_path`` / ``init_args`` configs LightningCLI is instantiating this
+    model from (empty outside the CLI): they rebuild modules that have no
+    ``get_config()``, such as a torchvision backbone."""
+    try:  # Lightning's context of CLI-given hyper-parameters (no public accessor)
+        from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+    except ImportError:  # pragma: no cover - another Lightning version
+        return {}
+    given = _given_hyperparameters.get()
+    return dict(given) if isinstance(given, Mapping) else {}
+
 
 #: Training objectives: Discriminant Information, the paper's least-squares and
 #: cross-entropy baselines.
@@ -94,12 +109,20 @@ class KernelClassifier(LightningModule):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
+        given = _cli_config()
+        if is_spec(kernel_layer):  # a checkpoint's record (load_from_checkpoint)
+            given.setdefault("kernel_layer", kernel_layer)
+            kernel_layer = build_module(owner, "kernel_layer", kernel_layer)  # type: ignore[arg-type]
+        if is_spec(backbone):
+            given.setdefault("backbone", backbone)
+            backbone = build_module(owner, "backbone", backbone)  # type: ignore[arg-type]
         if objective not in OBJECTIVES:
             raise ValueError(
                 f"{owner}: argument 'objective' must be one of {list(OBJECTIVES)}, "
                 f"got {objective!r}"
             )
-        width = getattr(kernel_layer, "out_features", None)
+        # The features' width: a layer with truncation says so (NystromLayer(rank=k)).
+        width = getattr(kernel_layer, "feature_width", getattr(kernel_layer, "out_features", None))
         if not isinstance(kernel_layer, nn.Module) or not isinstance(width, int):
             raise TypeError(
                 f"{owner}: argument 'kernel_layer' must be an nn.Module with an int "
@@ -120,6 +143,11 @@ class KernelClassifier(LightningModule):
             if not isinstance(flag, bool):
                 raise TypeError(f"{owner}: argument '{name}' must be a bool, got {flag!r}")
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
+        # The architecture as primitives, so that the checkpoint alone rebuilds the model.
+        self.hparams["kernel_layer"] = describe_module(kernel_layer, given.get("kernel_layer"))
+        self.hparams["backbone"] = (
+            None if backbone is None else describe_module(backbone, given.get("backbone"))
+        )
         self.kernel_layer = kernel_layer
         self.backbone = backbone
         self.num_features = width
@@ -133,6 +161,42 @@ class KernelClassifier(LightningModule):
         self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
         self.register_buffer("di_epoch_rows", torch.tensor(0, dtype=torch.long))
         self.register_buffer("di_epoch_index", torch.tensor(-1, dtype=torch.long))
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> KernelClassifier:
+        """Rebuild a model from its checkpoint alone (layer, backbone, objective, read-out).
+
+        Keyword arguments override the saved hyper-parameters (``kernel_layer=`` and
+        ``backbone=`` modules included, e.g. for a backbone that was passed as a live
+        object and cannot be rebuilt). Checkpoints are read with ``weights_only=True``.
+
+        Raises:
+            ValueError: the checkpoint was written before checkpoints recorded the layer
+                (kernel-layers < 0.2) and no ``kernel_layer=`` is given, or a recorded
+                module cannot be rebuilt (the message names the argument to pass).
+        """
+        if "kernel_layer" not in kwargs:
+            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+            saved = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {})
+            if not is_spec(saved.get("kernel_layer")):
+                raise ValueError(
+                    f"{cls.__name__}: argument 'kernel_layer' must be passed to "
+                    f"load_from_checkpoint for {str(checkpoint_path)!r}: the checkpoint "
+                    "does not record its kernel layer (written by kernel-layers < 0.2); "
+                    "pass kernel_layer=NystromLayer(...) / FourierLayer(...) with the "
+                    "settings it was trained with (and backbone=... if it had one)"
+                )
+        kwargs.setdefault("weights_only", True)
+        return super().load_from_checkpoint(  # type: ignore[return-value]
+            checkpoint_path, map_location, hparams_file, strict, **kwargs
+        )
 
     # ------------------------------------------------------------------ features
     def embed(self, x: Tensor) -> Tensor:

@@ -1,0 +1,126 @@
+"""Self-describing checkpoints: a module's class and constructor settings as primitives.
+
+A spec is ``{"class_path": "pkg.module.Class", "init_args": {...}}`` (LightningCLI's
+format), optionally with ``"dtype": "float64"``. :func:`describe_module` writes one for a
+module that has a ``get_config()`` method (every layer and backbone of this library) or
+that LightningCLI built from a ``class_path`` / ``init_args`` config; a module that
+cannot be described gets ``"init_args": None``, and :func:`build_module` then asks for it
+by name. Specs hold only strings, numbers, lists, dicts and ``None``, so checkpoints still
+load with ``torch.load(path, weights_only=True)``.
+
+Only classes that are ``nn.Module`` subclasses from this library, ``torch.nn`` or
+``torchvision.models``, or already imported, are built from a spec: a checkpoint cannot
+make Python import arbitrary code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["TRUSTED_PREFIXES", "build_module", "describe_module", "is_spec"]
+
+#: Modules a spec's class may be imported from; other classes must be imported already.
+TRUSTED_PREFIXES = ("kernel_layers.", "torch.nn.", "torchvision.models.")
+
+
+def _class_path(module: nn.Module) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _floating_dtype(module: nn.Module) -> torch.dtype | None:
+    for tensor in (*module.parameters(), *module.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return None
+
+
+def is_spec(value: object) -> bool:
+    """Whether ``value`` is a module spec (a mapping with a string ``class_path``)."""
+    return isinstance(value, Mapping) and isinstance(value.get("class_path"), str)
+
+
+def describe_module(module: nn.Module, given: object = None) -> dict[str, Any]:
+    """The spec that rebuilds ``module`` (its parameters come from the state dict).
+
+    Args:
+        module: the module to describe.
+        given: the ``class_path`` / ``init_args`` config LightningCLI built it from, if
+            any (used as is).
+
+    Returns:
+        dict: ``{"class_path", "init_args"[, "dtype"]}``; ``init_args`` is ``None`` when
+        the module has no ``get_config()`` and no config was given.
+    """
+    if is_spec(given):
+        assert isinstance(given, Mapping)
+        return {key: given[key] for key in ("class_path", "init_args") if key in given}
+    get_config = getattr(module, "get_config", None)
+    init_args: dict[str, Any] | None = None
+    if callable(get_config):
+        try:
+            init_args = dict(get_config())
+        except ValueError:  # e.g. a user-callable kernel: no name to record
+            init_args = None
+    spec: dict[str, Any] = {"class_path": _class_path(module), "init_args": init_args}
+    dtype = _floating_dtype(module)
+    if dtype is not None and dtype != torch.get_default_dtype():
+        spec["dtype"] = str(dtype).removeprefix("torch.")
+    return spec
+
+
+def _resolve(owner: str, name: str, class_path: str) -> type[nn.Module]:
+    module_name, _, attr = class_path.rpartition(".")
+    trusted = class_path.startswith(TRUSTED_PREFIXES)
+    if not module_name or (not trusted and module_name not in sys.modules):
+        raise ValueError(
+            f"{owner}: argument '{name}' must name an nn.Module class from kernel_layers, "
+            f"torch.nn or torchvision.models, or one already imported, got class_path "
+            f"{class_path!r} (import its module first if you trust the checkpoint)"
+        )
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(
+            f"{owner}: argument '{name}' names class {class_path!r}, which cannot be "
+            f"imported ({err})"
+        ) from err
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ValueError(
+            f"{owner}: argument '{name}' must name an nn.Module class, got {class_path!r}"
+        )
+    return cls
+
+
+def build_module(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
+    """Rebuild a module from :func:`describe_module`'s spec.
+
+    Raises:
+        ValueError: the spec records no settings (the module was passed as a live
+            object: the message names the argument to pass), or names a class that is
+            not an ``nn.Module`` or cannot be imported safely.
+    """
+    class_path = spec["class_path"]
+    init_args = spec.get("init_args", {})
+    if init_args is None:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be passed: the checkpoint records its class "
+            f"{class_path!r} but not its settings (it was passed as a live object that "
+            f"cannot describe itself); pass {name}={class_path.rpartition('.')[2]}(...) "
+            "to load_from_checkpoint"
+        )
+    if not isinstance(init_args, Mapping):
+        raise ValueError(
+            f"{owner}: argument '{name}' must have a dict 'init_args', got {init_args!r}"
+        )
+    module = _resolve(owner, name, class_path)(**init_args)
+    dtype = spec.get("dtype")
+    if isinstance(dtype, str):
+        module = module.to(getattr(torch, dtype))
+    return module

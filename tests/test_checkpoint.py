@@ -1,0 +1,206 @@
+"""Self-describing checkpoints: ``KernelClassifier.load_from_checkpoint(path)`` alone
+rebuilds the layer, backbone, objective and read-out, with bit-identical scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from kernel_layers import EnsembleNystrom, FourierLayer, KernelClassifier, NystromLayer
+from kernel_layers.data import TensorDataModule
+from kernel_layers.training.backbones import SmallCNN
+
+N, D, CLASSES = 240, 8, 3
+
+
+def _data(image: bool = False) -> TensorDataModule:
+    gen = torch.Generator().manual_seed(0)
+    y = torch.arange(N) % CLASSES
+    x = torch.rand(N, D, generator=gen) + 0.3 * y[:, None].float()
+    if image:
+        x = torch.rand(N, 1, 8, 8, generator=gen) + 0.3 * y[:, None, None, None].float()
+    return TensorDataModule(
+        x[:200], y[:200], x[200:], y[200:], batch_size=100, val_fraction=0.0, scaling="global"
+    )
+
+
+def _fit_and_save(model: KernelClassifier, path: Path, dm: TensorDataModule) -> None:
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, dm)
+    trainer.save_checkpoint(path)
+
+
+def _scores(model: KernelClassifier, x: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model.scores(model(x))
+
+
+MODELS = {
+    "nystrom-di": lambda: KernelClassifier(
+        NystromLayer(D, 20, gamma=0.7, kernel="polynomial", kernel_params={"degree": 2}),
+        num_classes=CLASSES,
+    ),
+    "nystrom-rank-ls": lambda: KernelClassifier(
+        NystromLayer(D, 20, gamma=0.7, rank=12, jitter=1e-5),
+        num_classes=CLASSES,
+        objective="ls",
+        lr=3e-3,
+    ),
+    "fourier-ard-ce": lambda: KernelClassifier(
+        FourierLayer(D, 24, gamma=0.3, ard=True, blocks=[[0, 1, 2, 3], [4, 5, 6, 7]]),
+        num_classes=CLASSES,
+        objective="ce",
+        rho=1e-3,
+    ),
+    "fourier-cossin-laplacian": lambda: KernelClassifier(
+        FourierLayer(D, 24, kernel="laplacian", gamma=0.5, features="cossin"),
+        num_classes=CLASSES,
+        head_rho=1e-2,
+    ),
+    "ensemble": lambda: KernelClassifier(
+        EnsembleNystrom(D, [10, 10], gamma=0.5), num_classes=CLASSES
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_checkpoint_alone_rebuilds_the_model_bit_for_bit(name: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, dm = MODELS[name](), _data()
+    path = tmp_path / "model.ckpt"
+    _fit_and_save(model, path, dm)
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert type(loaded.kernel_layer) is type(model.kernel_layer)
+    assert loaded.kernel_layer.get_config() == model.kernel_layer.get_config()
+    assert repr(loaded.kernel_layer) == repr(model.kernel_layer)
+    for key in ("objective", "rho", "lr", "head_rho", "num_classes"):
+        assert loaded.hparams[key] == model.hparams[key]
+    dm.setup()
+    x = dm.test_dataset.tensors[0]
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
+
+
+def test_float64_layer_is_rebuilt_in_float64(tmp_path: Path) -> None:
+    model = KernelClassifier(NystromLayer(D, 10, gamma=0.5, dtype=torch.float64), num_classes=3)
+    path = tmp_path / "m.ckpt"
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "pytorch-lightning_version": L.__version__,
+        },
+        path,
+    )
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert loaded.kernel_layer.landmarks.dtype == torch.float64
+    assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
+
+
+def test_backbone_given_by_its_settings_is_rebuilt(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = KernelClassifier(
+        NystromLayer(16, 12, gamma=0.5), backbone=SmallCNN(1, 16, width=4), num_classes=CLASSES
+    )
+    dm = _data(image=True)
+    path = tmp_path / "cnn.ckpt"
+    _fit_and_save(model, path, dm)
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert isinstance(loaded.backbone, SmallCNN) and loaded.backbone.width == 4
+    dm.setup()
+    x = dm.test_dataset.tensors[0]
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
+
+
+class _Opaque(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 16))
+        self.out_features = 16
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_live_backbone_that_cannot_be_rebuilt_asks_for_it_by_name(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = KernelClassifier(NystromLayer(16, 12, gamma=0.5), backbone=_Opaque(), num_classes=3)
+    dm = _data(image=True)
+    path = tmp_path / "opaque.ckpt"
+    _fit_and_save(model, path, dm)
+    with pytest.raises(
+        ValueError,
+        match=r"KernelClassifier: argument 'backbone' must be passed: the checkpoint records "
+        r"its class '.*_Opaque' but not its settings .*pass backbone=_Opaque\(\.\.\.\)",
+    ):
+        KernelClassifier.load_from_checkpoint(path)
+    loaded = KernelClassifier.load_from_checkpoint(path, backbone=_Opaque())
+    dm.setup()
+    x = dm.test_dataset.tensors[0]
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
+
+
+def _callable_kernel(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    return torch.exp(-torch.cdist(x, z))
+
+
+def test_user_callable_kernel_trains_and_loads_with_the_layer_passed(tmp_path: Path) -> None:
+    model = KernelClassifier(NystromLayer(D, 10, kernel=_callable_kernel), num_classes=3)
+    path = tmp_path / "callable.ckpt"
+    _fit_and_save(model, path, _data())
+    with pytest.raises(ValueError, match=r"argument 'kernel_layer' must be passed"):
+        KernelClassifier.load_from_checkpoint(path)
+    layer = NystromLayer(D, 10, kernel=_callable_kernel)
+    loaded = KernelClassifier.load_from_checkpoint(path, kernel_layer=layer)
+    assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
+
+
+def test_old_checkpoint_without_the_layer_record_explains(tmp_path: Path) -> None:
+    model = KernelClassifier(NystromLayer(D, 10, gamma=0.5), num_classes=3)
+    path = tmp_path / "old.ckpt"
+    _fit_and_save(model, path, _data())
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["hyper_parameters"]["kernel_layer"], checkpoint["hyper_parameters"]["backbone"]
+    torch.save(checkpoint, path)
+    with pytest.raises(
+        ValueError,
+        match=r"KernelClassifier: argument 'kernel_layer' must be passed to load_from_checkpoint "
+        r"for '.*old.ckpt': the checkpoint does not record its kernel layer",
+    ):
+        KernelClassifier.load_from_checkpoint(path)
+    loaded = KernelClassifier.load_from_checkpoint(
+        path, kernel_layer=NystromLayer(D, 10, gamma=0.5)
+    )
+    assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
+
+
+def test_checkpoint_cannot_import_arbitrary_classes(tmp_path: Path) -> None:
+    model = KernelClassifier(NystromLayer(D, 10, gamma=0.5), num_classes=3)
+    path = tmp_path / "evil.ckpt"
+    _fit_and_save(model, path, _data())
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["hyper_parameters"]["kernel_layer"]["class_path"] = "evil_module_xyz.Payload"
+    torch.save(checkpoint, path)
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'kernel_layer' must name an nn.Module class from kernel_layers, "
+        r"torch.nn or torchvision.models, or one already imported, got class_path "
+        r"'evil_module_xyz.Payload'",
+    ):
+        KernelClassifier.load_from_checkpoint(path)
+    checkpoint["hyper_parameters"]["kernel_layer"]["class_path"] = "torch.nn.functional.relu"
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError, match=r"must name an nn.Module class, got 'torch.nn.f"):
+        KernelClassifier.load_from_checkpoint(path)
