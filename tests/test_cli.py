@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from formats import write_covtype, write_idx_images, write_idx_labels
 
-from kernel_layers.training.cli import main
+from kernel_layers import KernelClassifier
+from kernel_layers.training.cli import list_recipes, main
 
 RECIPES = sorted((Path(__file__).parents[1] / "recipes").glob("*.yaml"))
 IDX = (
@@ -18,6 +22,15 @@ IDX = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
+
+
+@pytest.fixture(autouse=True)
+def _console_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As from the console script: no pytest arguments on sys.argv."""
+    monkeypatch.setattr(sys, "argv", ["kernel-layers"])
+
+
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +142,8 @@ def test_select_gamma_subcommand(capsys) -> None:
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "best gamma:" in out and out.count("cv_accuracy=") == 7
+    best = out.split("best gamma:")[1].split()[0]
+    assert f"use it with: --model.kernel_layer.init_args.gamma={best}" in out
 
 
 @pytest.mark.slow
@@ -160,3 +175,294 @@ def test_select_gamma_rejects_root_for_bundled_data(capsys) -> None:
         main(["select-gamma", "--data", "digits", "--root", "somewhere"])
     assert done.value.code == 2
     assert "--root does not apply to --data digits" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ recipes by name
+def test_recipes_ship_with_the_package_and_list_one_line_each(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["recipes"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    names = sorted(p.stem for p in RECIPES)
+    assert sorted(list_recipes()) == names
+    for name in names:
+        (line,) = [row for row in out.splitlines() if row.split()[:1] == [name]]
+        assert len(line.split()) > 1  # the recipe's one-line summary
+    assert "kernel-layers fit --config NAME" in out
+
+
+def test_bare_recipe_name_runs_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "provide both args and command line"
+        main(
+            [
+                "fit",
+                "--config",
+                "quickstart",
+                "--trainer.max_epochs=1",
+                "--trainer.logger=false",
+                *QUIET,
+            ]
+        )
+    assert "test/acc" in capsys.readouterr().out
+
+
+def test_unknown_recipe_name_lists_the_shipped_ones(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", "quickstrat"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument '--config' must be a file or one of the shipped recipes" in err
+    assert "'quickstart'" in err and "got 'quickstrat'" in err
+
+
+def test_help_names_the_extra_commands(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "kernel-layers select-gamma" in out and "kernel-layers recipes" in out
+    assert "--ckpt_path" in out
+
+
+# ------------------------------------------------------------------ sizes set once
+def test_num_features_is_linked_from_the_layer(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    from kernel_layers.data import ArrayDataModule
+    from kernel_layers.training.cli import KernelLayersCLI
+
+    cli = KernelLayersCLI(
+        KernelClassifier,
+        ArrayDataModule,
+        subclass_mode_data=True,
+        run=False,
+        args=["--config", str(RECIPES[-1]), "--model.kernel_layer.init_args.out_features=300"],
+    )
+    assert cli.datamodule.num_features == 300 and cli.datamodule.batch_size == 400
+
+
+def test_j_set_a_second_time_on_the_data_is_refused(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", "quickstart", "--data.init_args.num_features=300"])
+    assert done.value.code == 2
+    assert "J is set once, as --model.kernel_layer.init_args.out_features" in (
+        capsys.readouterr().err
+    )
+    config = yaml.safe_load(RECIPES[-1].read_text())
+    config["data"]["init_args"]["num_features"] = 200
+    path = tmp_path / "twice.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(path)])
+    assert f"data.init_args.num_features: 200 in {path}" in capsys.readouterr().err
+
+
+def test_in_features_mismatch_fails_before_the_first_step(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"KernelClassifier: the kernel layer's in_features=60 must equal the data's "
+        r"in_features=64; set in_features to 64",
+    ):
+        main(
+            [
+                "fit",
+                "--config",
+                "quickstart",
+                "--model.kernel_layer.init_args.in_features=60",
+                *QUIET,
+            ]
+        )
+    assert not (tmp_path / "checkpoints").exists()  # no step, no checkpoint
+
+
+# ------------------------------------------------------------------ config files
+def test_config_is_saved_beside_the_logs_and_never_overwrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "config.yaml"
+    mine.write_text("my own file\n")
+    args = [
+        "fit",
+        "--config",
+        "quickstart",
+        "--trainer.max_epochs=1",
+        "--trainer.limit_train_batches=1",
+        "--test_after_fit=false",
+        *QUIET,
+    ]
+    main([*args, "--trainer.logger=false"])
+    assert mine.read_text() == "my own file\n"
+    logger = [
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.save_dir={tmp_path}",
+        "--trainer.logger.name=run",
+        "--trainer.logger.version=fixed",
+    ]
+    main([*args, *logger])
+    main([*args, *logger])  # the same log directory again
+    saved = sorted(p.name for p in (tmp_path / "run" / "fixed").glob("config*.yaml"))
+    assert saved == ["config-1.yaml", "config.yaml"]
+    assert yaml.safe_load((tmp_path / "run" / "fixed" / "config.yaml").read_text())["model"]
+    assert mine.read_text() == "my own file\n"
+
+
+# ------------------------------------------------------------------ checkpoints
+@pytest.fixture(scope="module")
+def fitted_quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-epoch quick start run; returns its working directory."""
+    root = tmp_path_factory.mktemp("qs")
+    here = Path.cwd()
+    try:
+        import os
+
+        os.chdir(root)
+        sys.argv = ["kernel-layers"]
+        main(
+            [
+                "fit",
+                "--config",
+                "quickstart",
+                "--trainer.max_epochs=2",
+                "--test_after_fit=false",
+                *QUIET,
+            ]
+        )
+    finally:
+        os.chdir(here)
+    return root
+
+
+def test_ckpt_path_with_other_hyperparameters_is_an_error(
+    fitted_quickstart: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(fitted_quickstart)
+    with pytest.raises(
+        ValueError,
+        match=r"argument '--ckpt_path' 'last' was saved with other hyper-parameters than the "
+        r"configuration sets: model.objective: checkpoint 'di', configuration 'ls'",
+    ):
+        main(
+            [
+                "test",
+                "--config",
+                "quickstart",
+                "--ckpt_path",
+                "last",
+                "--model.objective=ls",
+                *QUIET,
+            ]
+        )
+    with pytest.raises(ValueError, match=r"model.kernel_layer.init_args.gamma: checkpoint 0.02, "):
+        main(
+            [
+                "test",
+                "--config",
+                "quickstart",
+                "--ckpt_path",
+                str(fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"),
+                "--model.kernel_layer.init_args.gamma=0.5",
+                *QUIET,
+            ]
+        )
+
+
+def test_cli_checkpoint_loads_alone(fitted_quickstart: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(fitted_quickstart)
+    path = fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"
+    model = KernelClassifier.load_from_checkpoint(path)
+    assert model.kernel_layer.gamma == 0.02 and model.kernel_layer.out_features == 200
+    main(["test", "--config", "quickstart", "--ckpt_path", "last", *QUIET])
+    tested = float(capsys.readouterr().out.split("test/acc")[1].split()[0])
+    from kernel_layers.data import DigitsDataModule
+
+    dm = DigitsDataModule(batch_size=400)
+    dm.setup()
+    x, y = dm.test_dataset.tensors
+    model.eval()
+    with torch.no_grad():
+        acc = (model.scores(model(x)).argmax(1) == y).float().mean().item()
+    assert acc == pytest.approx(tested, abs=1e-6)
+
+
+# ------------------------------------------------------------------ predict
+def _predict(workdir: Path, *extra: str) -> None:
+    main(["predict", "--config", "quickstart", "--ckpt_path", "last", *QUIET, *extra])
+
+
+def test_predict_writes_the_named_csv_with_scores(fitted_quickstart: Path, monkeypatch, capsys):
+    monkeypatch.chdir(fitted_quickstart)
+    _predict(fitted_quickstart, "--predict_output", "out/test.csv")
+    out = fitted_quickstart / "out" / "test.csv"
+    assert f"predictions written to {Path('out/test.csv')} (450 rows)" in capsys.readouterr().out
+    rows = np.loadtxt(out, delimiter=",", skiprows=1)
+    header = out.read_text().splitlines()[0].split(",")
+    assert header == ["index", "prediction"] + [f"score_{j}" for j in range(10)]
+    assert rows.shape == (450, 12)
+    np.testing.assert_array_equal(rows[:, 0], np.arange(450))
+    np.testing.assert_array_equal(rows[:, 1], rows[:, 2:].argmax(1))
+    from kernel_layers.data import DigitsDataModule
+
+    dm = DigitsDataModule(batch_size=400)
+    dm.setup()
+    model = KernelClassifier.load_from_checkpoint(
+        fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"
+    ).eval()
+    with torch.no_grad():
+        expected = model.scores(model(dm.test_dataset.tensors[0]))
+    np.testing.assert_allclose(rows[:, 2:], expected.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_predict_train_split_to_pt_without_scores(fitted_quickstart: Path, monkeypatch):
+    monkeypatch.chdir(fitted_quickstart)
+    _predict(
+        fitted_quickstart,
+        "--predict_split=train",
+        "--predict_output=train.pt",
+        "--predict_scores=false",
+    )
+    saved = torch.load(fitted_quickstart / "train.pt", weights_only=True)
+    assert set(saved) == {"index", "prediction"}
+    assert len(saved["prediction"]) == 1212  # the training rows after the validation split
+
+
+def test_predict_a_user_file_and_an_image_folder(fitted_quickstart: Path, monkeypatch, tmp_path):
+    from PIL import Image
+
+    from kernel_layers.data import DigitsDataModule
+
+    monkeypatch.chdir(fitted_quickstart)
+    dm = DigitsDataModule(batch_size=400)
+    raw = np.asarray(__import__("sklearn.datasets").datasets.load_digits().data[:7])
+    np.save(tmp_path / "rows.npy", raw)
+    np.savetxt(tmp_path / "rows.csv", raw, delimiter=",", header="a" * 3, comments="")
+    images = tmp_path / "images"
+    images.mkdir()
+    for i, row in enumerate(raw):
+        Image.fromarray(row.reshape(8, 8).astype(np.uint8), mode="L").save(images / f"{i:02d}.png")
+    model = KernelClassifier.load_from_checkpoint(
+        fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"
+    ).eval()
+    with torch.no_grad():
+        expected = model.scores(model(dm.transform(raw))).argmax(1).numpy()
+    for source in ("rows.npy", "rows.csv", "images"):
+        _predict(
+            fitted_quickstart,
+            f"--predict_input={tmp_path / source}",
+            f"--predict_output={source}.csv",
+        )
+        rows = np.loadtxt(fitted_quickstart / f"{source}.csv", delimiter=",", skiprows=1)
+        np.testing.assert_array_equal(rows[:, 1], expected)
+
+
+def test_predict_rejects_a_bad_output_and_a_missing_input(fitted_quickstart: Path, monkeypatch):
+    monkeypatch.chdir(fitted_quickstart)
+    with pytest.raises(ValueError, match=r"argument 'output' must end in one of \['.csv', '.pt'\]"):
+        _predict(fitted_quickstart, "--predict_output=out.txt")
+    with pytest.raises(ValueError, match=r"argument 'path' must be an existing .npy / .csv file"):
+        _predict(fitted_quickstart, "--predict_input=nowhere.npy")
+    with pytest.raises(ValueError, match=r"argument 'split' must be one of \['train', 'val', "):
+        _predict(fitted_quickstart, "--predict_split=validation")

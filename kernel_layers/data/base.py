@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -13,18 +15,25 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from kernel_layers._validation import check_bool, check_int
+from kernel_layers._validation import check_bool, check_choice, check_int
+from kernel_layers.data.readers import read_feature_rows
 from kernel_layers.data.sampling import ResumableLoader
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "DEFAULT_VAL_FRACTION",
+    "PREDICT_SPLITS",
     "ArrayDataModule",
     "RawArrays",
     "Scaling",
     "TensorDataModule",
     "default_batch_size",
+    "failure_reason",
+    "split_seeds",
 ]
 
+#: Splits that ``predict`` can serve (:meth:`ArrayDataModule.set_predict_source`).
+PREDICT_SPLITS = ("train", "val", "test")
 DEFAULT_BATCH_SIZE = 1000
 #: Batch size of the paper when ``J > 500`` is ``BATCH_PER_FEATURE * J``.
 BATCH_PER_FEATURE = 2
@@ -134,6 +143,8 @@ class ArrayDataModule(LightningDataModule):
     num_classes: int
     in_features: int
     input_shape: tuple[int, ...]
+    #: ``(C, H, W)`` of image data sets (also when served flattened), else ``None``.
+    image_shape: ClassVar[tuple[int, int, int] | None] = None
     #: Scaling used when ``scaling=None``.
     default_scaling: ClassVar[Scaling] = "feature"
 
@@ -431,9 +442,47 @@ class ArrayDataModule(LightningDataModule):
         """Test batches ``(x [B, *input_shape], y [B])`` in file order."""
         return self._loader(self._require(self.test_dataset, "test"), train=False)
 
+    def set_predict_source(
+        self, split: str = "test", path: str | os.PathLike[str] | None = None
+    ) -> None:
+        """Choose what :meth:`predict_dataloader` serves.
+
+        Args:
+            split: ``"train"`` (every row, in order), ``"val"`` or ``"test"``.
+            path: instead of a split, a file of raw features (``.npy``, or ``.csv`` with
+                an optional header row) with one row per sample, or a folder of images
+                (read in file-name order, for image data); scaled with the training
+                statistics like the splits.
+
+        Raises:
+            ValueError: unknown split, a missing path or an unsupported file type.
+        """
+        check_choice(self._name, "split", split, PREDICT_SPLITS)
+        if path is not None and not Path(path).exists():
+            raise ValueError(
+                f"{self._name}: argument 'path' must be an existing .npy / .csv file or "
+                f"image folder, got {str(path)!r} (not found)"
+            )
+        self._predict_split = split
+        self._predict_path = None if path is None else Path(path)
+
     def predict_dataloader(self) -> DataLoader:
-        """The test batches again; ``batch[0]`` holds the features."""
-        return self._loader(self._require(self.test_dataset, "predict"), train=False)
+        """Batches of the prediction source (default: the test split, in file order);
+        ``batch[0]`` holds the features. See :meth:`set_predict_source`."""
+        path = getattr(self, "_predict_path", None)
+        if path is not None:
+            self.setup()
+            shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
+            raw = read_feature_rows(path, shape, owner=self._name)
+            return self._loader(_BatchedTensorDataset(self.transform(raw)), train=False)
+        split = getattr(self, "_predict_split", "test")
+        datasets = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}
+        if split == "val" and self.val_dataset is None and self.train_dataset is not None:
+            raise ValueError(
+                f"{self._name}: predicting split 'val' needs val_fraction > 0, got "
+                f"val_fraction={self.val_fraction}"
+            )
+        return self._loader(self._require(datasets[split], split), train=False)
 
 
 class TensorDataModule(ArrayDataModule):

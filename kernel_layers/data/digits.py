@@ -39,6 +39,7 @@ class DigitsDataModule(ArrayDataModule):
     """
 
     num_classes = 10
+    image_shape = DIGITS_IMAGE_SHAPE
     in_features = int(np.prod(DIGITS_IMAGE_SHAPE))
     default_scaling: ClassVar[Scaling] = "global"
 

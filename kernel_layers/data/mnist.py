@@ -43,6 +43,7 @@ class _IDXDataModule(ArrayDataModule):
     torchvision_name: ClassVar[str]
     title: ClassVar[str]
     num_classes = 10
+    image_shape = MNIST_IMAGE_SHAPE
     in_features = int(np.prod(MNIST_IMAGE_SHAPE))
     default_scaling: ClassVar[Scaling] = "global"
 

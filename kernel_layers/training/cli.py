@@ -2,13 +2,21 @@
 
 Usage::
 
-    kernel-layers fit --config recipes/quickstart.yaml      # trains, then tests
-    kernel-layers test --config recipes/quickstart.yaml --ckpt_path last   # recipes keep
-                                                      # checkpoints in checkpoints/<name>/
+    kernel-layers fit --config quickstart                  # a shipped recipe, by name
+    kernel-layers fit --config my_recipe.yaml              # or a path
+    kernel-layers recipes                                  # list the shipped recipes
+    kernel-layers test --config quickstart --ckpt_path last
+    kernel-layers predict --config quickstart --ckpt_path last --predict_split test \\
+        --predict_output predictions.csv                   # or --predict_input x.npy
     kernel-layers select-gamma --data digits               # the paper's gamma search
 
 ``fit`` ends with a test run on the data module's test split (``--test_after_fit false``
-turns it off). ``num_classes`` is taken from the data module.
+turns it off). ``num_classes`` and the data's ``num_features`` (the batch-size rule) are
+linked from the model and the data: ``J`` is set once, as the kernel layer's
+``out_features``. A ``--ckpt_path`` whose saved hyper-parameters differ from the
+configuration is an error naming both values (the configuration is never silently
+replaced by the checkpoint's). The configuration of a run is saved as ``config.yaml``
+beside its logs (never over an existing file; not saved when the logger is off).
 """
 
 from __future__ import annotations
@@ -16,17 +24,215 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+import torch
+import yaml
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_info
 
-from kernel_layers.data import ArrayDataModule
+from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
 from kernel_layers.training.module import KernelClassifier
+from kernel_layers.training.predictions import PredictionWriter
 
-__all__ = ["KernelLayersCLI", "main"]
+__all__ = [
+    "KernelLayersCLI",
+    "RunConfigSaver",
+    "check_j_set_once",
+    "list_recipes",
+    "main",
+    "recipe_path",
+    "resolve_config_args",
+]
+
+#: The package that ships the recipes (the repository's ``recipes/`` folder).
+RECIPES_PACKAGE = "kernel_layers.recipes"
+#: Commands of ``kernel-layers`` besides LightningCLI's, shown in ``--help``.
+EXTRA_COMMANDS = """other commands:
+  kernel-layers recipes             list the shipped recipes (use one as --config NAME)
+  kernel-layers select-gamma ...    the paper's gamma search (3-fold CV, Nystrom + linear SVM)
+
+--ckpt_path: a checkpoint whose saved hyper-parameters differ from the configuration is an
+error naming both values; the configuration is never silently replaced."""
+
+
+# ---------------------------------------------------------------------------- recipes
+def list_recipes() -> dict[str, str]:
+    """The shipped recipes: name -> the first line of its header comment."""
+    recipes: dict[str, str] = {}
+    for entry in sorted(resources.files(RECIPES_PACKAGE).iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            first = entry.read_text().splitlines()[0] if entry.read_text() else ""
+            recipes[entry.name.removesuffix(".yaml")] = first.lstrip("# ").strip()
+    return recipes
+
+
+def recipe_path(name: str) -> Path:
+    """The installed file of the recipe ``name`` (``"quickstart"`` or ``"quickstart.yaml"``).
+
+    Raises:
+        ValueError: no shipped recipe has that name (the message lists them).
+    """
+    stem = name.removesuffix(".yaml")
+    if stem not in list_recipes():
+        raise ValueError(
+            f"kernel-layers: argument '--config' must be a file or one of the shipped "
+            f"recipes {sorted(list_recipes())}, got {name!r}"
+        )
+    return Path(str(resources.files(RECIPES_PACKAGE) / f"{stem}.yaml"))
+
+
+def resolve_config_args(argv: Sequence[str]) -> list[str]:
+    """``argv`` with every ``--config NAME`` that is not a file replaced by the recipe's path.
+
+    Raises:
+        ValueError: ``NAME`` is neither a file nor a shipped recipe.
+    """
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--config" and i + 1 < len(out):
+            if not Path(out[i + 1]).exists() and not out[i + 1].lstrip().startswith("{"):
+                out[i + 1] = str(recipe_path(out[i + 1]))
+        elif arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+            if not Path(value).exists() and not value.lstrip().startswith("{"):
+                out[i] = f"--config={recipe_path(value)}"
+    return out
+
+
+def check_j_set_once(argv: Sequence[str]) -> None:
+    """Refuse the data's ``num_features`` on the command line or in a config file.
+
+    ``J`` is the kernel layer's ``out_features``; the data module's ``num_features`` is
+    linked from it (a value given there would be replaced without a word).
+
+    Raises:
+        ValueError: naming where the second value was given.
+    """
+    given: list[str] = []
+    for i, arg in enumerate(argv):
+        key = arg.split("=", 1)[0]
+        if key in ("--data.init_args.num_features", "--data.num_features"):
+            given.append(f"{arg if '=' in arg else arg + ' ' + argv[i + 1]}")
+        if key == "--config":
+            value = arg.split("=", 1)[1] if "=" in arg else argv[i + 1]
+            if Path(value).is_file():
+                config = yaml.safe_load(Path(value).read_text()) or {}
+                data = config.get("data") if isinstance(config, Mapping) else None
+                args = data.get("init_args", data) if isinstance(data, Mapping) else None
+                if isinstance(args, Mapping) and "num_features" in args:
+                    given.append(f"data.init_args.num_features: {args['num_features']} in {value}")
+    if given:
+        raise ValueError(
+            "kernel-layers: J is set once, as --model.kernel_layer.init_args.out_features "
+            "(the data's num_features is linked from it); remove " + "; ".join(given)
+        )
+
+
+def _recipes_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kernel-layers recipes", description="List the shipped recipes."
+    )
+    parser.parse_args(argv)
+    recipes = list_recipes()
+    width = max(map(len, recipes))
+    for name, summary in recipes.items():
+        print(f"{name:<{width}}  {summary}")
+    folder = recipe_path(next(iter(recipes))).parent
+    print(f"\nrun one with: kernel-layers fit --config NAME   (files in {folder})")
+    return 0
+
+
+# ----------------------------------------------------------------------- config saving
+class RunConfigSaver(SaveConfigCallback):
+    """Save the run's configuration beside its logs, never over an existing file.
+
+    With a logger, the configuration goes to ``<log_dir>/config.yaml`` (``config-1.yaml``,
+    ``config-2.yaml``, ... if that exists). Without a logger there is no run directory:
+    nothing is written (a file the user keeps in the working directory is never touched).
+    """
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        if trainer.logger is None:
+            rank_zero_info(
+                "kernel-layers: no logger, so the run's configuration is not saved "
+                "(enable --trainer.logger to keep it beside the logs)"
+            )
+            self.already_saved = True
+            return
+        log_dir = Path(trainer.log_dir or ".")
+        if trainer.is_global_zero:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            stem = Path(self.config_filename).stem
+            path, n = log_dir / self.config_filename, 0
+            while path.exists():
+                n += 1
+                path = log_dir / f"{stem}-{n}.yaml"
+            with warnings.catch_warnings():  # skip_none: deprecated in newer jsonargparse,
+                warnings.simplefilter("ignore")  # kept for the older ones we support
+                self.parser.save(
+                    self.config,
+                    str(path),
+                    skip_none=False,
+                    overwrite=False,
+                    multifile=self.multifile,
+                )
+            rank_zero_info(f"kernel-layers: configuration saved to {path}")
+        self.already_saved = bool(trainer.strategy.broadcast(True))
+
+
+# --------------------------------------------------------------------- ckpt_path check
+def _differences(saved: object, configured: object, prefix: str) -> list[str]:
+    """``key: checkpoint X, configuration Y`` for every leaf present in both that differs."""
+    if isinstance(saved, Mapping) and isinstance(configured, Mapping):
+        found: list[str] = []
+        for key in saved:
+            if key in configured and not str(key).startswith("_"):
+                found += _differences(saved[key], configured[key], f"{prefix}.{key}")
+        return found
+    if isinstance(saved, Sequence) and isinstance(configured, Sequence):
+        if not isinstance(saved, str) and not isinstance(configured, str):
+            if len(saved) == len(configured):
+                return [
+                    d
+                    for i, (a, b) in enumerate(zip(saved, configured, strict=True))
+                    for d in _differences(a, b, f"{prefix}[{i}]")
+                ]
+    if saved != configured:
+        return [f"{prefix}: checkpoint {saved!r}, configuration {configured!r}"]
+    return []
+
+
+def _plain(value: object) -> object:
+    """Namespaces and dicts as plain nested dicts (jsonargparse's Namespace has as_dict)."""
+    as_dict = getattr(value, "as_dict", None)
+    if callable(as_dict):
+        value = as_dict()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 class KernelLayersCLI(LightningCLI):
-    """LightningCLI with ``num_classes`` linked from the data and a test after ``fit``."""
+    """LightningCLI with linked sizes, a test after ``fit``, checked ``--ckpt_path`` and
+    predictions written to a file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("save_config_callback", RunConfigSaver)
+        kwargs.setdefault(
+            "parser_kwargs",
+            {"epilog": EXTRA_COMMANDS, "formatter_class": argparse.RawDescriptionHelpFormatter},
+        )
+        super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments(
@@ -35,8 +241,92 @@ class KernelLayersCLI(LightningCLI):
             compute_fn=lambda dm: dm.num_classes,
             apply_on="instantiate",
         )
+        # J is set once, as the kernel layer's out_features; the data's batch-size rule
+        # max(1000, 2 J) follows it.
+        parser.link_arguments(
+            "model.kernel_layer.init_args.out_features",
+            "data.init_args.num_features",
+            apply_on="parse",
+        )
         parser.add_argument(
             "--test_after_fit", type=bool, default=True, help="run `test` when `fit` ends"
+        )
+        parser.add_argument(
+            "--predict_output",
+            type=str,
+            default="predictions.csv",
+            help="predict: file to write (.csv: index, prediction, scores; .pt: tensors)",
+        )
+        parser.add_argument(
+            "--predict_split",
+            type=str,
+            default="test",
+            help=f"predict: the data module's split to predict, one of {list(PREDICT_SPLITS)}",
+        )
+        parser.add_argument(
+            "--predict_input",
+            type=str,
+            default=None,
+            help="predict: a file of raw features (.npy / .csv) or a folder of images "
+            "instead of a split (scaled like the training data)",
+        )
+        parser.add_argument(
+            "--predict_scores",
+            type=bool,
+            default=True,
+            help="predict: also write the per-class scores",
+        )
+
+    # Lightning's own handling replaces the configured hyper-parameters by the
+    # checkpoint's without a word; here the two are compared instead (before_* hooks).
+    def _parse_ckpt_path(self) -> None:
+        return
+
+    def _check_ckpt_path(self) -> None:
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path:
+            return
+        path = Path(ckpt_path)
+        callback = self.trainer.checkpoint_callback
+        if ckpt_path == "last" and callback is not None and getattr(callback, "dirpath", None):
+            path = Path(callback.dirpath) / "last.ckpt"  # type: ignore[attr-defined]
+        if not path.is_file():
+            return  # Lightning reports a missing checkpoint itself
+        saved = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
+        wrong = _differences(_plain(saved), _plain(dict(self.model.hparams)), "model")
+        if wrong:
+            raise ValueError(
+                f"kernel-layers: argument '--ckpt_path' {str(ckpt_path)!r} was saved with "
+                "other hyper-parameters than the configuration sets: "
+                + "; ".join(wrong)
+                + " (make the configuration match the checkpoint, or train anew without "
+                "--ckpt_path)"
+            )
+
+    def before_fit(self) -> None:
+        self._check_ckpt_path()
+
+    def before_validate(self) -> None:
+        self._check_ckpt_path()
+
+    def before_test(self) -> None:
+        self._check_ckpt_path()
+
+    def before_predict(self) -> None:
+        self._check_ckpt_path()
+        options = self.config["predict"]
+        dm = self.datamodule
+        if not isinstance(dm, ArrayDataModule):
+            raise TypeError(
+                "kernel-layers predict: the data module must be a kernel_layers.data "
+                f"ArrayDataModule, got {type(dm).__name__}"
+            )
+        dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
+        if isinstance(self.model, KernelClassifier):
+            self.model.hparams.return_scores = True
+        self.trainer.callbacks.append(  # type: ignore[attr-defined]
+            PredictionWriter(options["predict_output"], scores=options["predict_scores"])
         )
 
     def after_fit(self) -> None:
@@ -45,6 +335,7 @@ class KernelLayersCLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule)
 
 
+# ------------------------------------------------------------------------ select-gamma
 def _select_gamma(argv: list[str]) -> int:
     """``kernel-layers select-gamma``: grid search of gamma on a data module's training set."""
     from kernel_layers import data as data_modules
@@ -57,7 +348,11 @@ def _select_gamma(argv: list[str]) -> int:
         "covtype": data_modules.CovTypeDataModule,
         "letter": data_modules.LetterDataModule,
     }
-    parser = argparse.ArgumentParser(prog="kernel-layers select-gamma")
+    parser = argparse.ArgumentParser(
+        prog="kernel-layers select-gamma",
+        description="The DI paper's gamma search: 3-fold cross-validated accuracy of a linear "
+        "classifier on standard Nystrom features, over a grid of gammas.",
+    )
     parser.add_argument("--data", choices=sorted(names), default="digits")
     parser.add_argument("--root", default=None, help="root / data_home of the data module")
     parser.add_argument("--landmarks", type=int, default=1000)
@@ -83,20 +378,34 @@ def _select_gamma(argv: list[str]) -> int:
     for gamma, score in zip(result.gammas, result.scores, strict=True):
         print(f"gamma={gamma:.6g}  cv_accuracy={score:.4f}")
     print(f"best gamma: {result.best_gamma:.6g}")
+    print(f"use it with: --model.kernel_layer.init_args.gamma={result.best_gamma:.6g}")
     return 0
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``kernel-layers`` console script."""
+    """Entry point of the ``kernel-layers`` console script.
+
+    Args:
+        args: the command line without the program name (default: ``sys.argv[1:]``).
+    """
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["select-gamma"]:
         raise SystemExit(_select_gamma(argv[1:]))
+    if argv[:1] == ["recipes"]:
+        raise SystemExit(_recipes_command(argv[1:]))
+    try:
+        argv = resolve_config_args(argv)
+        check_j_set_once(argv)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
+    if args is None:  # the console script: LightningCLI reads sys.argv itself (given
+        sys.argv[1:] = argv  # both a list and a command line, it warns)
     KernelLayersCLI(
         KernelClassifier,
         ArrayDataModule,
         subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True},
-        args=argv,
+        args=None if args is None else argv,
     )
 
 

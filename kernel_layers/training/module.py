@@ -414,6 +414,47 @@ class KernelClassifier(LightningModule):
             torch.distributed.broadcast(layer.landmarks.data, src=0)
         self.landmarks_initialised.fill_(True)
 
+    def check_data_sizes(self, datamodule: object) -> None:
+        """Raise before any step when the data and the layers disagree on a size.
+
+        Checked: the kernel layer's ``in_features`` against the backbone's
+        ``out_features`` (with a backbone) or the data module's ``in_features``
+        (without); the data module's ``num_features`` (the ``J`` of its batch-size rule)
+        against the layer's feature width.
+
+        Raises:
+            ValueError: naming both values.
+        """
+        owner = type(self).__name__
+        layer_in = getattr(self.kernel_layer, "in_features", None)
+        if self.backbone is not None:
+            source, width = (
+                "the backbone's out_features",
+                getattr(self.backbone, "out_features", None),
+            )
+        else:
+            source, width = "the data's in_features", getattr(datamodule, "in_features", None)
+        if isinstance(layer_in, int) and isinstance(width, int) and layer_in != width:
+            raise ValueError(
+                f"{owner}: the kernel layer's in_features={layer_in} must equal {source}="
+                f"{width}; set in_features to {width}"
+            )
+        j = getattr(datamodule, "num_features", None)
+        if isinstance(j, int) and j not in (
+            self.num_features,
+            getattr(self.kernel_layer, "out_features", None),
+        ):
+            raise ValueError(
+                f"{owner}: the data's num_features={j} must equal the kernel layer's "
+                f"out_features={self.num_features} (J: it sets the batch size max(1000, 2 J)); "
+                "set J once, on the kernel layer"
+            )
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        if datamodule is not None:
+            self.check_data_sizes(datamodule)
+
     def on_train_start(self) -> None:
         self._init_landmarks()
         if self.hparams.objective == "ls" and not bool(self.head.fitted):

@@ -1,0 +1,122 @@
+"""Write a model's predictions to a file: CSV (index, prediction, scores) or ``.pt``."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+
+__all__ = ["OUTPUT_FORMATS", "PredictionWriter", "write_predictions"]
+
+#: File suffixes understood by :func:`write_predictions`.
+OUTPUT_FORMATS = (".csv", ".pt")
+
+
+def _check_output(path: str | os.PathLike[str]) -> Path:
+    out = Path(path)
+    if out.suffix not in OUTPUT_FORMATS:
+        raise ValueError(
+            f"PredictionWriter: argument 'output' must end in one of {list(OUTPUT_FORMATS)}, "
+            f"got {str(path)!r}"
+        )
+    if out.is_dir():
+        raise ValueError(f"PredictionWriter: argument 'output' is a directory: {str(path)!r}")
+    return out
+
+
+def write_predictions(
+    path: str | os.PathLike[str],
+    classes: Tensor,
+    scores: Tensor | None = None,
+    index: Tensor | None = None,
+) -> Path:
+    """Write predictions atomically (a temporary file renamed into place).
+
+    Args:
+        path: ``.csv`` (columns ``index, prediction[, score_0 .. score_{L-1}]``) or
+            ``.pt`` (a dict of tensors ``index``, ``prediction``[, ``scores``]).
+        classes (Tensor[N]): predicted classes.
+        scores (Tensor[N, L] | None): per-class scores.
+        index (Tensor[N] | None): row indices (default ``0 .. N-1``).
+
+    Returns:
+        Path: the file written.
+    """
+    out = _check_output(path)
+    index = torch.arange(len(classes)) if index is None else index
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    if out.suffix == ".pt":
+        payload = {"index": index.cpu(), "prediction": classes.cpu()}
+        if scores is not None:
+            payload["scores"] = scores.cpu()
+        torch.save(payload, tmp)
+    else:
+        with tmp.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            header = ["index", "prediction"]
+            if scores is not None:
+                header += [f"score_{j}" for j in range(scores.shape[1])]
+            writer.writerow(header)
+            rows = zip(index.tolist(), classes.tolist(), strict=True)
+            if scores is None:
+                writer.writerows(rows)
+            else:
+                writer.writerows(
+                    [i, c, *(f"{v:.9g}" for v in s)]
+                    for (i, c), s in zip(rows, scores.tolist(), strict=True)
+                )
+    os.replace(tmp, out)
+    return out
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Collect ``predict_step`` outputs and write them to ``output`` when predicting ends.
+
+    Works with :class:`~kernel_layers.KernelClassifier` (``return_scores=True`` gives
+    the scores too) under ``Trainer.predict`` and ``kernel-layers predict``.
+
+    Args:
+        output: ``.csv`` or ``.pt`` file (see :func:`write_predictions`).
+        scores: write the per-class scores when the model returns them.
+
+    Attributes:
+        path (Path | None): the file written by the last prediction run.
+    """
+
+    def __init__(self, output: str | os.PathLike[str], *, scores: bool = True) -> None:
+        super().__init__(write_interval="epoch")
+        self.output = _check_output(output)
+        self.scores = bool(scores)
+        self.path: Path | None = None
+
+    def write_on_epoch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        predictions: Any,
+        batch_indices: Any,
+    ) -> None:
+        outputs = (
+            predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        )
+        if not outputs:
+            raise RuntimeError("PredictionWriter: the prediction run produced no batches")
+        if isinstance(outputs[0], tuple | list):
+            classes = torch.cat([o[0] for o in outputs])
+            scores = torch.cat([o[1] for o in outputs]) if self.scores else None
+        else:
+            classes, scores = torch.cat(list(outputs)), None
+        if trainer.world_size > 1:
+            raise RuntimeError(
+                "PredictionWriter: predict on one device (--trainer.devices 1); rows "
+                "gathered from several processes are not reordered"
+            )
+        self.path = write_predictions(self.output, classes, scores)
+        print(f"predictions written to {self.path} ({len(classes)} rows)")
