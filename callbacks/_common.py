@@ -1,4 +1,7 @@
-"""Private helpers shared by the callbacks: argument checks, the improvement test, lr access.
+"""Private helpers shared by the callbacks: the monitor check, the improvement test, lr access.
+
+Other arguments are checked with :mod:`kernel_layers._validation`, the library's one
+validation module (wrong types raise ``TypeError``, wrong values ``ValueError``).
 
 Nothing here is public API; the callbacks re-validate and document every argument they accept.
 """
@@ -16,11 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 __all__ = [
     "MODES",
     "THRESHOLD_MODES",
-    "check_bool",
-    "check_choice",
-    "check_int",
     "check_monitor",
-    "check_nonneg_float",
     "current_lrs",
     "is_improvement",
     "missing_monitor_message",
@@ -38,68 +37,14 @@ THRESHOLD_MODES: tuple[str, ...] = ("rel", "abs")
 def check_monitor(owner: str, value: Any) -> str:
     """Checks that ``monitor`` is a non-empty string.
 
-    Args:
-        owner: class name used as the message prefix.
-        value: the value received.
-
-    Returns:
-        The validated value.
-
     Raises:
-        ValueError: if ``value`` is not a non-empty ``str``.
+        TypeError: ``value`` is not a ``str``.
+        ValueError: ``value`` is empty.
     """
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}: argument 'monitor' must be a non-empty str, got {value!r}")
+    if not value:
         raise ValueError(f"{owner}: argument 'monitor' must be a non-empty str, got {value!r}")
-    return value
-
-
-def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Checks that ``value`` is one of ``choices``.
-
-    Raises:
-        ValueError: if ``value`` is not one of ``choices``.
-    """
-    if not isinstance(value, str) or value not in choices:
-        allowed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{owner}: argument '{name}' must be one of {allowed}, got {value!r}")
-    return value
-
-
-def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
-    """Checks that ``value`` is an ``int`` (not a ``bool``) no smaller than ``minimum``.
-
-    Raises:
-        ValueError: if ``value`` is not an int or is smaller than ``minimum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}: argument '{name}' must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def check_nonneg_float(owner: str, name: str, value: Any) -> float:
-    """Checks that ``value`` is a finite real number ``>= 0``.
-
-    Raises:
-        ValueError: if ``value`` is not a finite, non-negative real number.
-    """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{owner}: argument '{name}' must be a finite float >= 0, got {value!r}")
-    return float(value)
-
-
-def check_bool(owner: str, name: str, value: Any) -> bool:
-    """Checks that ``value`` is a ``bool``.
-
-    Raises:
-        ValueError: if ``value`` is not a ``bool``.
-    """
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}: argument '{name}' must be a bool, got {value!r}")
     return value
 
 

@@ -10,11 +10,7 @@ import lightning.pytorch as pl
 from kernel_layers.callbacks._common import (
     MODES,
     THRESHOLD_MODES,
-    check_bool,
-    check_choice,
-    check_int,
     check_monitor,
-    check_nonneg_float,
     current_lrs,
     is_improvement,
     missing_monitor_message,
@@ -24,6 +20,8 @@ from kernel_layers.callbacks._common import (
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from typing_extensions import override
+
+from kernel_layers._validation import check_bool, check_choice, check_int, check_nonnegative
 
 __all__ = ["DISaturationReason", "DISaturationStopping"]
 
@@ -155,12 +153,12 @@ class DISaturationStopping(Callback):
         super().__init__()
         self.monitor = check_monitor(_OWNER, monitor)
         self.mode = check_choice(_OWNER, "mode", mode, MODES)
-        self.patience = check_int(_OWNER, "patience", patience, 1)
-        self.threshold = check_nonneg_float(_OWNER, "threshold", threshold)
+        self.patience = check_int(_OWNER, "patience", patience, minimum=1)
+        self.threshold = check_nonnegative(_OWNER, "threshold", threshold)
         self.threshold_mode = check_choice(
             _OWNER, "threshold_mode", threshold_mode, THRESHOLD_MODES
         )
-        self.min_decays = check_int(_OWNER, "min_decays", min_decays, 0)
+        self.min_decays = check_int(_OWNER, "min_decays", min_decays, minimum=0)
         self.check_finite = check_bool(_OWNER, "check_finite", check_finite)
         self.strict = check_bool(_OWNER, "strict", strict)
 

@@ -10,11 +10,7 @@ import torch
 from kernel_layers.callbacks._common import (
     MODES,
     THRESHOLD_MODES,
-    check_bool,
-    check_choice,
-    check_int,
     check_monitor,
-    check_nonneg_float,
     current_lrs,
     is_improvement,
     missing_monitor_message,
@@ -31,6 +27,14 @@ from torch.optim.lr_scheduler import (
     ReduceLROnPlateau,
 )
 from typing_extensions import override
+
+from kernel_layers._validation import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_nonnegative,
+)
 
 __all__ = ["PlateauDecay"]
 
@@ -142,21 +146,15 @@ class PlateauDecay(Callback):
         super().__init__()
         self.monitor = check_monitor(_OWNER, monitor)
         self.mode = check_choice(_OWNER, "mode", mode, MODES)
-        if (
-            isinstance(factor, bool)
-            or not isinstance(factor, (int, float))
-            or not 0.0 < factor < 1.0
-        ):
-            raise ValueError(f"{_OWNER}: argument 'factor' must be in (0, 1), got {factor!r}")
-        self.factor = float(factor)
-        self.patience = check_int(_OWNER, "patience", patience, 1)
-        self.threshold = check_nonneg_float(_OWNER, "threshold", threshold)
+        self.factor = check_fraction(_OWNER, "factor", factor)
+        self.patience = check_int(_OWNER, "patience", patience, minimum=1)
+        self.threshold = check_nonnegative(_OWNER, "threshold", threshold)
         self.threshold_mode = check_choice(
             _OWNER, "threshold_mode", threshold_mode, THRESHOLD_MODES
         )
-        self.cooldown = check_int(_OWNER, "cooldown", cooldown, 0)
-        self.min_lr = check_nonneg_float(_OWNER, "min_lr", min_lr)
-        self.eps = check_nonneg_float(_OWNER, "eps", eps)
+        self.cooldown = check_int(_OWNER, "cooldown", cooldown, minimum=0)
+        self.min_lr = check_nonnegative(_OWNER, "min_lr", min_lr)
+        self.eps = check_nonnegative(_OWNER, "eps", eps)
         self.strict = check_bool(_OWNER, "strict", strict)
         self.verbose = check_bool(_OWNER, "verbose", verbose)
 

@@ -23,6 +23,7 @@ __all__ = [
     "check_dtype",
     "check_features",
     "check_finite",
+    "check_fraction",
     "check_int",
     "check_matrix",
     "check_nonnegative",
@@ -152,6 +153,23 @@ def check_nonnegative(owner: str, name: str, value: object) -> float:
     if not math.isfinite(value) or value < 0.0:
         raise ValueError(f"{owner}: argument '{name}' must be a finite number >= 0, got {value}")
     return value
+
+
+def check_fraction(owner: str, name: str, value: object, *, include_zero: bool = False) -> float:
+    """Return ``value`` as a ``float`` in ``(0, 1)`` (``[0, 1)`` with ``include_zero``).
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ValueError: ``value`` is outside the interval.
+    """
+    interval = "[0, 1)" if include_zero else "(0, 1)"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{owner}: argument '{name}' must be a number in {interval}, got {value!r}")
+    number = float(value)
+    low_ok = number >= 0.0 if include_zero else number > 0.0
+    if not (low_ok and number < 1.0):
+        raise ValueError(f"{owner}: argument '{name}' must be in {interval}, got {value!r}")
+    return number
 
 
 def check_finite(owner: str, name: str, x: Tensor) -> None:

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from kernel_layers._linalg import autocast_off, refuse_double_backward, upcast
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
+    check_bool,
     check_dtype,
     check_features,
     check_int,
@@ -89,12 +90,6 @@ def cossin_features(x: Tensor, frequencies: Tensor) -> Tensor:
     return torch.cat([torch.cos(h), torch.sin(h)], dim=-1).mul_(
         math.sqrt(1.0 / frequencies.shape[1])
     )
-
-
-def _check_bool(owner: str, name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}: argument '{name}' must be a bool, got {value!r}")
-    return value
 
 
 def _check_blocks(owner: str, blocks: object, in_features: int) -> tuple[tuple[int, ...], ...]:
@@ -249,7 +244,7 @@ class FourierLayer(nn.Module):
             )
         self.features = features
         self.trainable = bool(trainable)
-        self.ard = _check_bool(owner, "ard", ard)
+        self.ard = check_bool(owner, "ard", ard)
         if blocks is not None and not ard:
             raise ValueError(
                 f"{owner}: argument 'blocks' must be None when ard=False (one bandwidth "
@@ -258,7 +253,7 @@ class FourierLayer(nn.Module):
         self.blocks = None if blocks is None else _check_blocks(owner, blocks, self.in_features)
         if trainable_frequencies is None:
             trainable_frequencies = self.trainable and not ard
-        _check_bool(owner, "trainable_frequencies", trainable_frequencies)
+        check_bool(owner, "trainable_frequencies", trainable_frequencies)
         if trainable_frequencies and not self.trainable:
             raise ValueError(
                 f"{owner}: argument 'trainable_frequencies' must be False or None when "

@@ -479,58 +479,70 @@ def test_sanity_check_with_validation_loop_does_not_disturb() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "error", "match"),
     [
-        ({"monitor": ""}, "PlateauDecay: argument 'monitor' must be a non-empty str, got ''"),
-        ({"monitor": 3}, "PlateauDecay: argument 'monitor' must be a non-empty str, got 3"),
-        ({"mode": "up"}, "PlateauDecay: argument 'mode' must be one of 'min', 'max', got 'up'"),
-        ({"factor": 1.5}, r"PlateauDecay: argument 'factor' must be in \(0, 1\), got 1.5"),
-        ({"factor": 0.0}, r"PlateauDecay: argument 'factor' must be in \(0, 1\), got 0.0"),
-        ({"factor": 1}, r"PlateauDecay: argument 'factor' must be in \(0, 1\), got 1"),
-        ({"factor": True}, r"PlateauDecay: argument 'factor' must be in \(0, 1\), got True"),
-        ({"factor": "0.1"}, r"PlateauDecay: argument 'factor' must be in \(0, 1\), got '0.1'"),
-        ({"patience": 0}, "PlateauDecay: argument 'patience' must be an int >= 1, got 0"),
-        ({"patience": 2.0}, "PlateauDecay: argument 'patience' must be an int >= 1, got 2.0"),
-        ({"patience": True}, "PlateauDecay: argument 'patience' must be an int >= 1, got True"),
-        ({"threshold": -1e-3}, "PlateauDecay: argument 'threshold' must be a finite float >= 0"),
-        ({"threshold": NAN}, "PlateauDecay: argument 'threshold' must be a finite float >= 0"),
+        ({"monitor": ""}, ValueError, "argument 'monitor' must be a non-empty str, got ''"),
+        ({"monitor": 3}, TypeError, "argument 'monitor' must be a non-empty str, got 3"),
+        ({"mode": "up"}, ValueError, r"argument 'mode' must be one of \['min', 'max'\], got 'up'"),
+        ({"mode": 1}, TypeError, r"argument 'mode' must be one of \['min', 'max'\], got 1"),
+        ({"factor": 1.5}, ValueError, r"argument 'factor' must be in \(0, 1\), got 1.5"),
+        ({"factor": 0.0}, ValueError, r"argument 'factor' must be in \(0, 1\), got 0.0"),
+        ({"factor": 1}, ValueError, r"argument 'factor' must be in \(0, 1\), got 1"),
+        ({"factor": True}, TypeError, r"argument 'factor' must be a number in \(0, 1\), got True"),
+        (
+            {"factor": "0.1"},
+            TypeError,
+            r"argument 'factor' must be a number in \(0, 1\), got '0.1'",
+        ),
+        ({"patience": 0}, ValueError, "argument 'patience' must be an integer >= 1, got 0"),
+        ({"patience": 2.0}, TypeError, "argument 'patience' must be an integer >= 1, got 2.0"),
+        ({"patience": True}, TypeError, "argument 'patience' must be an integer >= 1, got True"),
+        ({"threshold": -1e-3}, ValueError, "argument 'threshold' must be a finite number >= 0"),
+        ({"threshold": NAN}, ValueError, "argument 'threshold' must be a finite number >= 0"),
         (
             {"threshold_mode": "pct"},
-            "PlateauDecay: argument 'threshold_mode' must be one of 'rel', 'abs', got 'pct'",
+            ValueError,
+            r"argument 'threshold_mode' must be one of \['rel', 'abs'\], got 'pct'",
         ),
-        ({"cooldown": -1}, "PlateauDecay: argument 'cooldown' must be an int >= 0, got -1"),
-        ({"min_lr": -1.0}, "PlateauDecay: argument 'min_lr' must be a finite float >= 0, got -1.0"),
-        ({"min_lr": math.inf}, "PlateauDecay: argument 'min_lr' must be a finite float >= 0"),
-        ({"eps": -1.0}, "PlateauDecay: argument 'eps' must be a finite float >= 0, got -1.0"),
-        ({"strict": 1}, "PlateauDecay: argument 'strict' must be a bool, got 1"),
-        ({"verbose": "yes"}, "PlateauDecay: argument 'verbose' must be a bool, got 'yes'"),
+        ({"cooldown": -1}, ValueError, "argument 'cooldown' must be an integer >= 0, got -1"),
+        ({"min_lr": -1.0}, ValueError, "argument 'min_lr' must be a finite number >= 0, got -1.0"),
+        ({"min_lr": math.inf}, ValueError, "argument 'min_lr' must be a finite number >= 0"),
+        ({"min_lr": "0"}, TypeError, "argument 'min_lr' must be a number >= 0, got '0'"),
+        ({"eps": -1.0}, ValueError, "argument 'eps' must be a finite number >= 0, got -1.0"),
+        ({"strict": 1}, TypeError, "argument 'strict' must be a bool, got 1"),
+        ({"verbose": "yes"}, TypeError, "argument 'verbose' must be a bool, got 'yes'"),
     ],
 )
-def test_plateau_decay_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_plateau_decay_rejects_bad_arguments(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match="PlateauDecay: " + match):
         PlateauDecay(**kwargs)
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "error", "match"),
     [
-        ({"monitor": None}, "DISaturationStopping: argument 'monitor' must be a non-empty str"),
-        ({"mode": "MAX"}, "DISaturationStopping: argument 'mode' must be one of 'min', 'max'"),
-        ({"patience": 0}, "DISaturationStopping: argument 'patience' must be an int >= 1, got 0"),
-        ({"patience": 1.5}, "DISaturationStopping: argument 'patience' must be an int >= 1"),
-        ({"threshold": -0.1}, "DISaturationStopping: argument 'threshold' must be a finite float"),
+        ({"monitor": None}, TypeError, "argument 'monitor' must be a non-empty str"),
+        ({"mode": "MAX"}, ValueError, r"argument 'mode' must be one of \['min', 'max'\]"),
+        ({"patience": 0}, ValueError, "argument 'patience' must be an integer >= 1, got 0"),
+        ({"patience": 1.5}, TypeError, "argument 'patience' must be an integer >= 1"),
+        ({"threshold": -0.1}, ValueError, "argument 'threshold' must be a finite number"),
         (
             {"threshold_mode": "relative"},
-            "DISaturationStopping: argument 'threshold_mode' must be one of 'rel', 'abs'",
+            ValueError,
+            r"argument 'threshold_mode' must be one of \['rel', 'abs'\]",
         ),
-        ({"min_decays": -1}, "DISaturationStopping: argument 'min_decays' must be an int >= 0"),
-        ({"min_decays": None}, "DISaturationStopping: argument 'min_decays' must be an int >= 0"),
-        ({"check_finite": 0}, "DISaturationStopping: argument 'check_finite' must be a bool"),
-        ({"strict": None}, "DISaturationStopping: argument 'strict' must be a bool, got None"),
+        ({"min_decays": -1}, ValueError, "argument 'min_decays' must be an integer >= 0"),
+        ({"min_decays": None}, TypeError, "argument 'min_decays' must be an integer >= 0"),
+        ({"check_finite": 0}, TypeError, "argument 'check_finite' must be a bool"),
+        ({"strict": None}, TypeError, "argument 'strict' must be a bool, got None"),
     ],
 )
-def test_di_saturation_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_di_saturation_rejects_bad_arguments(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match="DISaturationStopping: " + match):
         DISaturationStopping(**kwargs)
 
 

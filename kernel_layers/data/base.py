@@ -15,7 +15,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from kernel_layers._validation import check_bool, check_choice, check_int
+from kernel_layers._validation import check_bool, check_choice, check_fraction, check_int
 from kernel_layers.data.readers import read_feature_rows
 from kernel_layers.data.sampling import ResumableLoader
 
@@ -174,19 +174,9 @@ class ArrayDataModule(LightningDataModule):
             ("drop_last", drop_last),
         ):
             self._check_bool(name, flag)
-        if (
-            isinstance(val_fraction, bool)
-            or not isinstance(val_fraction, (int, float))
-            or not 0.0 <= val_fraction < 1.0
-        ):
-            raise ValueError(
-                f"{self._name}: argument 'val_fraction' must be in [0, 1), got {val_fraction!r}"
-            )
-        if scaling is not None and scaling not in _SCALINGS:
-            raise ValueError(
-                f"{self._name}: argument 'scaling' must be one of {_SCALINGS} or None, "
-                f"got {scaling!r}"
-            )
+        check_fraction(self._name, "val_fraction", val_fraction, include_zero=True)
+        if scaling is not None:
+            check_choice(self._name, "scaling", scaling, _SCALINGS)
         self._requested_batch_size = batch_size
         self.batch_size: int = (
             batch_size if batch_size is not None else default_batch_size(num_features)

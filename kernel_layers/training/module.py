@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from kernel_layers._validation import check_int, check_positive
+from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DEFAULT_RHO,
@@ -116,11 +116,7 @@ class KernelClassifier(LightningModule):
         if is_spec(backbone):
             given.setdefault("backbone", backbone)
             backbone = build_module(owner, "backbone", backbone)  # type: ignore[arg-type]
-        if objective not in OBJECTIVES:
-            raise ValueError(
-                f"{owner}: argument 'objective' must be one of {list(OBJECTIVES)}, "
-                f"got {objective!r}"
-            )
+        check_choice(owner, "objective", objective, OBJECTIVES)
         # The features' width: a layer with truncation says so (NystromLayer(rank=k)).
         width = getattr(kernel_layer, "feature_width", getattr(kernel_layer, "out_features", None))
         if not isinstance(kernel_layer, nn.Module) or not isinstance(width, int):
@@ -139,9 +135,8 @@ class KernelClassifier(LightningModule):
                 f"{owner}: argument 'backbone' must be an nn.Module or None, "
                 f"got {type(backbone).__name__}"
             )
-        for name, flag in (("init_landmarks", init_landmarks), ("return_scores", return_scores)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{owner}: argument '{name}' must be a bool, got {flag!r}")
+        check_bool(owner, "init_landmarks", init_landmarks)
+        check_bool(owner, "return_scores", return_scores)
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         # The architecture as primitives, so that the checkpoint alone rebuilds the model.
         self.hparams["kernel_layer"] = describe_module(kernel_layer, given.get("kernel_layer"))
