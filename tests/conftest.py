@@ -1,9 +1,15 @@
-"""Shared pytest configuration: ``--runslow`` and GPU skipping."""
+"""Shared pytest configuration and fixtures: ``--runslow``, GPU skipping, seeding and a
+quiet ``Trainer`` factory."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -23,3 +29,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def make_trainer() -> Callable[..., L.Trainer]:
+    """A quiet CPU ``Trainer`` factory shared by the tests: no logger, no checkpoints,
+    no progress bar, deterministic, logging every step; keyword arguments override."""
+
+    def factory(
+        callbacks: list[Callback] | None = None, max_epochs: int | None = None, **kwargs: Any
+    ) -> L.Trainer:
+        options: dict[str, Any] = {
+            "accelerator": "cpu",
+            "devices": 1,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "deterministic": True,
+            "log_every_n_steps": 1,
+        }
+        if max_epochs is not None:
+            options["max_epochs"] = max_epochs
+        options.update(kwargs)
+        return L.Trainer(callbacks=callbacks, **options)
+
+    return factory

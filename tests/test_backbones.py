@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lightning as L
 import pytest
 import torch
@@ -27,19 +29,6 @@ def _images(n: int = 480, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         r, q = divmod(c, 2)
         x[y == c, :, 6 * r : 6 * r + 6, 6 * q : 6 * q + 6] += 0.7
     return x, y
-
-
-def _trainer(**kwargs: object) -> L.Trainer:
-    args = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-    )
-    args.update(kwargs)
-    return L.Trainer(**args)
 
 
 def test_small_cnn_shapes_and_errors() -> None:
@@ -125,7 +114,7 @@ def test_di_gradients_reach_the_first_conv_layer(layer_cls: type) -> None:
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().max() > 0
 
 
-def test_cnn_nystrom_di_trains_end_to_end() -> None:
+def test_cnn_nystrom_di_trains_end_to_end(make_trainer: Callable[..., L.Trainer]) -> None:
     L.seed_everything(0)
     x, y = _images(480)
     dm = TensorDataModule(x[:400], y[:400], x[400:], y[400:], batch_size=100, val_fraction=0.0)
@@ -134,24 +123,24 @@ def test_cnn_nystrom_di_trains_end_to_end() -> None:
         NystromLayer(16, 20, gamma=0.5), num_classes=4, backbone=cnn, lr=1e-2, backbone_lr=3e-3
     )
     conv = cnn.features[0].weight.detach().clone()
-    trainer = _trainer(max_epochs=3)
+    trainer = make_trainer(max_epochs=3)
     trainer.fit(model, dm)
     assert bool(model.landmarks_initialised)
     assert not torch.equal(conv, cnn.features[0].weight.detach())
     lrs = {g["name"]: g["lr"] for g in trainer.optimizers[0].param_groups}
     assert lrs == {"kernel": 1e-2, "backbone": 3e-3}
     assert "train/di_epoch" in trainer.logged_metrics
-    acc = _trainer().test(model, dm, verbose=False)[0]["test/acc"]
+    acc = make_trainer().test(model, dm, verbose=False)[0]["test/acc"]
     assert acc > 0.9
 
 
-def test_landmarks_start_as_backbone_features() -> None:
+def test_landmarks_start_as_backbone_features(make_trainer: Callable[..., L.Trainer]) -> None:
     L.seed_everything(0)
     x, y = _images(400)
     dm = TensorDataModule(x[:300], y[:300], x[300:], y[300:], batch_size=100, val_fraction=0.0)
     cnn = SmallCNN(1, 8, width=4)
     model = KernelClassifier(NystromLayer(8, 12), num_classes=4, backbone=cnn, lr=1e-9)
-    _trainer(max_epochs=1).fit(model, dm)
+    make_trainer(max_epochs=1).fit(model, dm)
     with torch.no_grad():
         cnn.eval()
         feats = cnn(dm.train_features())

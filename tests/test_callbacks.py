@@ -9,7 +9,7 @@ at which the callbacks act.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
@@ -82,23 +82,12 @@ class ScriptedModule(L.LightningModule):
         return optimizer
 
 
-def make_trainer(callbacks: list[Callback], max_epochs: int, **kwargs: Any) -> L.Trainer:
-    options: dict[str, Any] = {
-        "max_epochs": max_epochs,
-        "accelerator": "cpu",
-        "devices": 1,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "log_every_n_steps": 1,
-    }
-    options.update(kwargs)
-    return L.Trainer(callbacks=callbacks, **options)
-
-
 def fit(
-    script: Sequence[float], callbacks: list[Callback], max_epochs: int, **module_kwargs: Any
+    make_trainer: Callable[..., L.Trainer],
+    script: Sequence[float],
+    callbacks: list[Callback],
+    max_epochs: int,
+    **module_kwargs: Any,
 ) -> tuple[L.Trainer, ScriptedModule]:
     module = ScriptedModule(script, **module_kwargs)
     trainer = make_trainer(callbacks, max_epochs)
@@ -143,11 +132,13 @@ def test_is_improvement(
 # --------------------------------------------------------------------------- PlateauDecay
 
 
-def test_plateau_decay_fires_exactly_after_patience_epochs() -> None:
+def test_plateau_decay_fires_exactly_after_patience_epochs(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     # epoch:   0  1  2  3  4  5  6  7  8  9
     script = [1, 2, 3, 3, 3, 3, 4, 4, 4, 4]
     cb = PlateauDecay(patience=2, factor=0.1)
-    _, module = fit(script, [cb], max_epochs=10)
+    _, module = fit(make_trainer, script, [cb], max_epochs=10)
     # epochs 3, 4 do not improve on 3 -> decay at end of 4; 5 bad, 6 improves; 7, 8 bad -> decay.
     assert cb.decay_epochs == [4, 8]
     assert cb.num_decays == 2
@@ -157,32 +148,34 @@ def test_plateau_decay_fires_exactly_after_patience_epochs() -> None:
     assert cb.wait_count == 1  # epoch 9 did not improve
 
 
-def test_plateau_decay_patience_one_and_mode_min() -> None:
+def test_plateau_decay_patience_one_and_mode_min(make_trainer: Callable[..., L.Trainer]) -> None:
     script = [5.0, 4.0, 4.0, 3.0, 3.0, 3.0]  # a loss
     cb = PlateauDecay(monitor="train/di_epoch", mode="min", patience=1)
-    _, module = fit(script, [cb], max_epochs=6)
+    _, module = fit(make_trainer, script, [cb], max_epochs=6)
     assert cb.decay_epochs == [2, 4, 5]
     assert module.epoch_lrs[5][0] == pytest.approx(0.01)
 
 
-def test_plateau_decay_threshold_abs() -> None:
+def test_plateau_decay_threshold_abs(make_trainer: Callable[..., L.Trainer]) -> None:
     script = [1.0, 1.4, 1.6, 2.2, 2.3]
     cb = PlateauDecay(patience=1, threshold=0.5, threshold_mode="abs")
-    fit(script, [cb], max_epochs=5)
+    fit(make_trainer, script, [cb], max_epochs=5)
     # 1.4 is not > 1.0 + 0.5 -> decay at 1; 1.6 > 1.5 improves; 2.2 > 2.1 improves; 2.3 does not.
     assert cb.decay_epochs == [1, 4]
 
 
-def test_plateau_decay_cooldown() -> None:
+def test_plateau_decay_cooldown(make_trainer: Callable[..., L.Trainer]) -> None:
     cb = PlateauDecay(patience=1, cooldown=1)
-    fit([1.0] * 7, [cb], max_epochs=7)
+    fit(make_trainer, [1.0] * 7, [cb], max_epochs=7)
     # every decay is followed by one cooldown epoch that is not counted
     assert cb.decay_epochs == [1, 3, 5]
 
 
-def test_plateau_decay_respects_min_lr_for_every_group() -> None:
+def test_plateau_decay_respects_min_lr_for_every_group(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     cb = PlateauDecay(patience=1, factor=0.1, min_lr=0.01)
-    trainer, module = fit([1.0] * 6, [cb], max_epochs=6, lrs=(1.0, 0.1))
+    trainer, module = fit(make_trainer, [1.0] * 6, [cb], max_epochs=6, lrs=(1.0, 0.1))
     # epoch 1: [0.1, 0.01]; epoch 2: [0.01, 0.01]; afterwards all groups sit at min_lr
     assert cb.decay_epochs == [1, 2]
     assert module.epoch_lrs[2] == pytest.approx([0.1, 0.01])
@@ -192,23 +185,25 @@ def test_plateau_decay_respects_min_lr_for_every_group() -> None:
     assert min(final) >= 0.01
 
 
-def test_plateau_decay_nan_counts_as_no_improvement() -> None:
+def test_plateau_decay_nan_counts_as_no_improvement(make_trainer: Callable[..., L.Trainer]) -> None:
     cb = PlateauDecay(patience=2)
-    fit([1.0, NAN, NAN, 2.0], [cb], max_epochs=4)
+    fit(make_trainer, [1.0, NAN, NAN, 2.0], [cb], max_epochs=4)
     assert cb.decay_epochs == [2]
     assert cb.best_score == 2.0
 
 
-def test_plateau_decay_composes_with_step_lr() -> None:
+def test_plateau_decay_composes_with_step_lr(make_trainer: Callable[..., L.Trainer]) -> None:
     cb = PlateauDecay(patience=1)
-    _, module = fit([1, 2, 3, 3, 4, 5], [cb], max_epochs=6, step_size=2)
+    _, module = fit(make_trainer, [1, 2, 3, 3, 4, 5], [cb], max_epochs=6, step_size=2)
     # StepLR x0.1 after epochs 1 and 3 (and 5); PlateauDecay x0.1 after epoch 3
     assert cb.decay_epochs == [3]
     lrs = [module.epoch_lrs[e][0] for e in range(6)]
     assert lrs == pytest.approx([1.0, 1.0, 0.1, 0.1, 0.001, 0.001])
 
 
-def test_plateau_decay_warns_about_absolute_schedulers() -> None:
+def test_plateau_decay_warns_about_absolute_schedulers(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     module = ScriptedModule([1.0, 2.0], scheduler="lambda")
     trainer = make_trainer([PlateauDecay()], max_epochs=1)
     with pytest.warns(UserWarning, match="PlateauDecay: the scheduler LambdaLR"):
@@ -218,12 +213,14 @@ def test_plateau_decay_warns_about_absolute_schedulers() -> None:
 # --------------------------------------------------------------------------- DISaturationStopping
 
 
-def test_di_saturation_alone_with_step_lr_stops_after_non_improving_decay() -> None:
+def test_di_saturation_alone_with_step_lr_stops_after_non_improving_decay(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     cb = DISaturationStopping()
     # StepLR(3): epochs 3, 6, 9 are the first at a decayed lr.
     # epoch:   0  1  2  3  4  5  6  7
     script = [1, 2, 3, 4, 4, 4, 4, 9]
-    trainer, module = fit(script, [cb], max_epochs=20, step_size=3)
+    trainer, module = fit(make_trainer, script, [cb], max_epochs=20, step_size=3)
     # epoch 3 improves after the first decay (window closes); epoch 6 does not -> stop at 6
     assert cb.lr_drop_epochs == [3, 6]
     assert cb.stopped_epoch == 6
@@ -235,43 +232,51 @@ def test_di_saturation_alone_with_step_lr_stops_after_non_improving_decay() -> N
     assert "epoch 6" in cb.stopping_reason_message
 
 
-def test_di_saturation_without_decay_never_stops() -> None:
+def test_di_saturation_without_decay_never_stops(make_trainer: Callable[..., L.Trainer]) -> None:
     cb = DISaturationStopping()
-    _, module = fit([1.0, 1.0, 1.0, 1.0, 1.0], [cb], max_epochs=5)
+    _, module = fit(make_trainer, [1.0, 1.0, 1.0, 1.0, 1.0], [cb], max_epochs=5)
     assert epochs_run(module) == [0, 1, 2, 3, 4]
     assert cb.stopping_reason is DISaturationReason.NOT_STOPPED
     assert cb.stopped_epoch == 0
     assert cb.stopping_reason_message is None
 
 
-def test_di_saturation_min_decays_zero_is_early_stopping() -> None:
+def test_di_saturation_min_decays_zero_is_early_stopping(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     cb = DISaturationStopping(min_decays=0, patience=2)
-    _, module = fit([1, 2, 2, 3, 3, 3, 3], [cb], max_epochs=10)
+    _, module = fit(make_trainer, [1, 2, 2, 3, 3, 3, 3], [cb], max_epochs=10)
     assert cb.stopped_epoch == 5
     assert epochs_run(module) == list(range(6))
     assert cb.stopping_reason is DISaturationReason.SATURATED
 
 
-def test_di_saturation_min_decays_two_ignores_first_decay() -> None:
+def test_di_saturation_min_decays_two_ignores_first_decay(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     cb = DISaturationStopping(min_decays=2)
-    fit([1, 2, 2, 2, 2, 2, 2], [cb], max_epochs=10, step_size=2)
+    fit(make_trainer, [1, 2, 2, 2, 2, 2, 2], [cb], max_epochs=10, step_size=2)
     # decays first in effect at epochs 2 and 4; only the second one arms the rule
     assert cb.lr_drop_epochs == [2, 4]
     assert cb.stopped_epoch == 4
 
 
-def test_di_saturation_patience_counts_epochs_after_decay() -> None:
+def test_di_saturation_patience_counts_epochs_after_decay(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     cb = DISaturationStopping(patience=2)
     # decay in effect from epoch 2 (StepLR(2)); epochs 2, 3 do not improve -> stop at 3
-    _, module = fit([1, 2, 2, 2, 2, 2], [cb], max_epochs=10, step_size=2)
+    _, module = fit(make_trainer, [1, 2, 2, 2, 2, 2], [cb], max_epochs=10, step_size=2)
     assert cb.stopped_epoch == 3
     assert epochs_run(module) == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("bad", [NAN, math.inf, -math.inf])
-def test_di_saturation_non_finite_stops_at_once(bad: float) -> None:
+def test_di_saturation_non_finite_stops_at_once(
+    make_trainer: Callable[..., L.Trainer], bad: float
+) -> None:
     cb = DISaturationStopping()
-    _, module = fit([1.0, 2.0, bad, 3.0], [cb], max_epochs=10)
+    _, module = fit(make_trainer, [1.0, 2.0, bad, 3.0], [cb], max_epochs=10)
     assert cb.stopped_epoch == 2
     assert epochs_run(module) == [0, 1, 2]
     assert cb.stopping_reason is DISaturationReason.NON_FINITE_METRIC
@@ -280,9 +285,11 @@ def test_di_saturation_non_finite_stops_at_once(bad: float) -> None:
     assert "train/di_epoch" in cb.stopping_reason_message
 
 
-def test_di_saturation_check_finite_false_ignores_nan() -> None:
+def test_di_saturation_check_finite_false_ignores_nan(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     cb = DISaturationStopping(check_finite=False)
-    _, module = fit([1.0, NAN, 2.0], [cb], max_epochs=3)
+    _, module = fit(make_trainer, [1.0, NAN, 2.0], [cb], max_epochs=3)
     assert epochs_run(module) == [0, 1, 2]
     assert cb.stopping_reason is DISaturationReason.NOT_STOPPED
 
@@ -294,11 +301,13 @@ PAPER_SCRIPT = [1, 2, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4]
 
 
 @pytest.mark.parametrize("stop_first", [False, True])
-def test_both_callbacks_reproduce_the_paper_rule(stop_first: bool) -> None:
+def test_both_callbacks_reproduce_the_paper_rule(
+    make_trainer: Callable[..., L.Trainer], stop_first: bool
+) -> None:
     decay = PlateauDecay(patience=2)
     stop = DISaturationStopping()
     callbacks: list[Callback] = [stop, decay] if stop_first else [decay, stop]
-    trainer, module = fit(PAPER_SCRIPT, callbacks, max_epochs=30)
+    trainer, module = fit(make_trainer, PAPER_SCRIPT, callbacks, max_epochs=30)
     assert decay.decay_epochs == [4, 7]
     assert stop.lr_drop_epochs == [5, 8]
     assert stop.stopped_epoch == 8
@@ -309,7 +318,9 @@ def test_both_callbacks_reproduce_the_paper_rule(stop_first: bool) -> None:
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)
 
 
-def test_decisions_are_reduced_across_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decisions_are_reduced_across_ranks(
+    make_trainer: Callable[..., L.Trainer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another rank voting "yes" makes this rank decay and stop too."""
     decay = PlateauDecay(patience=3)
     stop = DISaturationStopping(patience=3)
@@ -350,7 +361,9 @@ def _summary(trainer: L.Trainer, callbacks: list[Callback]) -> dict[str, Any]:
 
 
 @pytest.mark.filterwarnings("ignore:.*callbacks used to create the checkpoint.*")
-def test_resume_from_epoch_checkpoints_continues_exactly(tmp_path: Any) -> None:
+def test_resume_from_epoch_checkpoints_continues_exactly(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Any
+) -> None:
     reference_cbs = _callbacks()
     saver = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1, every_n_epochs=1)
     reference = make_trainer([*reference_cbs, saver], max_epochs=30, enable_checkpointing=True)
@@ -371,13 +384,17 @@ def test_resume_from_epoch_checkpoints_continues_exactly(tmp_path: Any) -> None:
         assert _summary(trainer, cbs) == expected, k
 
 
-def test_resume_from_save_checkpoint_continues_exactly(tmp_path: Any) -> None:
+def test_resume_from_save_checkpoint_continues_exactly(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Any
+) -> None:
     reference_cbs = _callbacks()
-    reference, _ = fit(PAPER_SCRIPT, reference_cbs, max_epochs=30)
+    reference, _ = fit(make_trainer, PAPER_SCRIPT, reference_cbs, max_epochs=30)
     expected = _summary(reference, reference_cbs)
 
     first_cbs = _callbacks()
-    first, _ = fit(PAPER_SCRIPT, first_cbs, max_epochs=5)  # decay at the end of epoch 4
+    first, _ = fit(
+        make_trainer, PAPER_SCRIPT, first_cbs, max_epochs=5
+    )  # decay at the end of epoch 4
     ckpt = tmp_path / "interrupted.ckpt"
     first.save_checkpoint(ckpt)
     saved = torch.load(ckpt, weights_only=True)  # plain types only
@@ -390,13 +407,15 @@ def test_resume_from_save_checkpoint_continues_exactly(tmp_path: Any) -> None:
     assert _summary(trainer, cbs) == expected
 
 
-def test_resume_inside_cooldown_continues_exactly(tmp_path: Any) -> None:
+def test_resume_inside_cooldown_continues_exactly(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Any
+) -> None:
     reference = PlateauDecay(patience=1, cooldown=2)
-    fit([1.0] * 10, [reference], max_epochs=10)
+    fit(make_trainer, [1.0] * 10, [reference], max_epochs=10)
     assert reference.decay_epochs == [1, 4, 7]
 
     first = PlateauDecay(patience=1, cooldown=2)
-    trainer, _ = fit([1.0] * 10, [first], max_epochs=3)  # one cooldown epoch left
+    trainer, _ = fit(make_trainer, [1.0] * 10, [first], max_epochs=3)  # one cooldown epoch left
     assert first.cooldown_counter == 1
     trainer.save_checkpoint(tmp_path / "cooldown.ckpt")
     resumed = PlateauDecay(patience=1, cooldown=2)
@@ -406,10 +425,10 @@ def test_resume_inside_cooldown_continues_exactly(tmp_path: Any) -> None:
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(1e-3)
 
 
-def test_state_dict_round_trip() -> None:
+def test_state_dict_round_trip(make_trainer: Callable[..., L.Trainer]) -> None:
     decay, stop = _callbacks()
     assert isinstance(decay, PlateauDecay) and isinstance(stop, DISaturationStopping)
-    fit(PAPER_SCRIPT, [decay, stop], max_epochs=30)
+    fit(make_trainer, PAPER_SCRIPT, [decay, stop], max_epochs=30)
     decay2, stop2 = PlateauDecay(patience=2), DISaturationStopping()
     decay2.load_state_dict(decay.state_dict())
     stop2.load_state_dict(stop.state_dict())
@@ -432,15 +451,19 @@ def test_state_keys_depend_on_monitor_and_mode() -> None:
 
 
 @pytest.mark.parametrize("cls", [PlateauDecay, DISaturationStopping])
-def test_missing_monitor_raises_or_warns(cls: type[Callback]) -> None:
+def test_missing_monitor_raises_or_warns(
+    make_trainer: Callable[..., L.Trainer], cls: type[Callback]
+) -> None:
     with pytest.raises(RuntimeError, match=r"'nope' is not in .*'train/di_epoch'"):
-        fit([1.0], [cls(monitor="nope")], max_epochs=1)
+        fit(make_trainer, [1.0], [cls(monitor="nope")], max_epochs=1)
     with pytest.warns(RuntimeWarning, match=f"{cls.__name__}: monitored metric 'nope'"):
-        fit([1.0], [cls(monitor="nope", strict=False)], max_epochs=1)
+        fit(make_trainer, [1.0], [cls(monitor="nope", strict=False)], max_epochs=1)
 
 
 @pytest.mark.parametrize("cls", [PlateauDecay, DISaturationStopping])
-def test_skips_sanity_check_and_non_fit(cls: type[Callback]) -> None:
+def test_skips_sanity_check_and_non_fit(
+    make_trainer: Callable[..., L.Trainer], cls: type[Callback]
+) -> None:
     cb = cls(monitor="nope")
     module = ScriptedModule([1.0])
     trainer = make_trainer([cb], max_epochs=1)
@@ -456,14 +479,16 @@ def test_skips_sanity_check_and_non_fit(cls: type[Callback]) -> None:
         cb.on_train_epoch_end(trainer, module)
 
 
-def test_fast_dev_run_is_skipped() -> None:
+def test_fast_dev_run_is_skipped(make_trainer: Callable[..., L.Trainer]) -> None:
     cbs: list[Callback] = [PlateauDecay(monitor="nope"), DISaturationStopping(monitor="nope")]
     module = ScriptedModule([1.0])
     make_trainer(cbs, max_epochs=1, fast_dev_run=True).fit(module)
     assert cbs[0].decay_epochs == []
 
 
-def test_sanity_check_with_validation_loop_does_not_disturb() -> None:
+def test_sanity_check_with_validation_loop_does_not_disturb(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     class WithVal(ScriptedModule):
         def validation_step(self, batch: Any, batch_idx: int) -> None:
             self.log("val/x", 0.0)

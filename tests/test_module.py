@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lightning as L
 import numpy as np
 import pytest
@@ -28,19 +30,6 @@ def _data(n: int = 1200, seed: int = 0) -> TensorDataModule:
         random_state=seed,
     )
     return TensorDataModule(x[:n], y[:n], x[n:], y[n:], batch_size=300, val_fraction=0.0, seed=seed)
-
-
-def _trainer(**kwargs: object) -> L.Trainer:
-    args = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-    )
-    args.update(kwargs)
-    return L.Trainer(**args)
 
 
 def test_ridge_head_equals_sklearn_ridge() -> None:
@@ -70,26 +59,32 @@ def test_ridge_head_errors() -> None:
         RidgeHead(4, 2, rho=0.0)
 
 
-def _fitted_accuracy(model: KernelClassifier, dm: TensorDataModule) -> float:
-    return _trainer().test(model, dm, verbose=False)[0]["test/acc"]
+def _fitted_accuracy(
+    make_trainer: Callable[..., L.Trainer], model: KernelClassifier, dm: TensorDataModule
+) -> float:
+    return make_trainer().test(model, dm, verbose=False)[0]["test/acc"]
 
 
-def _train(layer_cls: type, objective: str, trainable: bool) -> tuple[float, L.Trainer]:
+def _train(
+    make_trainer: Callable[..., L.Trainer], layer_cls: type, objective: str, trainable: bool
+) -> tuple[float, L.Trainer]:
     L.seed_everything(0)
     dm = _data()
     layer = layer_cls(10, 24, gamma=3.0, seed=0, trainable=trainable)
     model = KernelClassifier(layer, num_classes=4, objective=objective, lr=0.05)
-    trainer = _trainer(max_epochs=25)
+    trainer = make_trainer(max_epochs=25)
     trainer.fit(model, dm)
-    return _fitted_accuracy(model, dm), trainer
+    return _fitted_accuracy(make_trainer, model, dm), trainer
 
 
 @pytest.mark.parametrize("objective", ["di", "ls", "ce"])
 @pytest.mark.parametrize("layer_cls", [NystromLayer, FourierLayer])
-def test_each_objective_beats_its_untrained_start(objective: str, layer_cls: type) -> None:
+def test_each_objective_beats_its_untrained_start(
+    make_trainer: Callable[..., L.Trainer], objective: str, layer_cls: type
+) -> None:
     # Same data, seeds, read-out and schedule; only the kernel layer's trainability differs.
-    frozen, _ = _train(layer_cls, objective, trainable=False)
-    trained, trainer = _train(layer_cls, objective, trainable=True)
+    frozen, _ = _train(make_trainer, layer_cls, objective, trainable=False)
+    trained, trainer = _train(make_trainer, layer_cls, objective, trainable=True)
     assert trained > frozen + 0.03, (frozen, trained)
     metrics = trainer.logged_metrics
     assert "train/loss_epoch" in metrics and "lr" in metrics
@@ -97,51 +92,57 @@ def test_each_objective_beats_its_untrained_start(objective: str, layer_cls: typ
         assert "train/di_epoch" in metrics
 
 
-def test_di_rejects_batches_not_larger_than_j() -> None:
+def test_di_rejects_batches_not_larger_than_j(make_trainer: Callable[..., L.Trainer]) -> None:
     dm = _data()
     model = KernelClassifier(FourierLayer(10, 300, seed=0), num_classes=4)
     with pytest.raises(
         ValueError,
         match=r"larger than the feature width J=300, got a batch of 300 rows.*at least 600",
     ):
-        _trainer(max_epochs=1).fit(model, dm)
+        make_trainer(max_epochs=1).fit(model, dm)
 
 
-def test_predict_returns_classes_and_scores_on_request() -> None:
+def test_predict_returns_classes_and_scores_on_request(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     dm = _data()
     model = KernelClassifier(FourierLayer(10, 16, seed=0), num_classes=4, return_scores=True)
-    _trainer(max_epochs=1).fit(model, dm)
-    out = _trainer().predict(model, dm)
+    make_trainer(max_epochs=1).fit(model, dm)
+    out = make_trainer().predict(model, dm)
     classes, scores = out[0]
     assert scores.shape == (len(classes), 4)
     assert torch.equal(classes, scores.argmax(1))
     model.hparams.return_scores = False
-    assert _trainer().predict(model, dm)[0].shape == classes.shape
+    assert make_trainer().predict(model, dm)[0].shape == classes.shape
 
 
-def test_landmarks_initialised_from_training_rows_once() -> None:
+def test_landmarks_initialised_from_training_rows_once(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     L.seed_everything(0)
     dm = _data()
     model = KernelClassifier(NystromLayer(10, 20, seed=0), num_classes=4, lr=1e-9)
-    _trainer(max_epochs=1).fit(model, dm)
+    make_trainer(max_epochs=1).fit(model, dm)
     train = torch.as_tensor(dm.train_features())
     z = model.kernel_layer.landmarks.detach()
     gap = (z[:, None, :] - train[None, :, :]).abs().amax(-1).min(1).values
     assert bool(model.landmarks_initialised)
     assert gap.max() < 1e-6  # every landmark is (within one tiny Adam step of) a training row
     before = z.clone()
-    _trainer(max_epochs=1).fit(model, dm)  # flag set: not re-initialised
+    make_trainer(max_epochs=1).fit(model, dm)  # flag set: not re-initialised
     assert torch.allclose(model.kernel_layer.landmarks.detach(), before, atol=1e-4)
 
 
-def test_backbone_is_trained_with_its_own_learning_rate() -> None:
+def test_backbone_is_trained_with_its_own_learning_rate(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
     dm = _data()
     backbone = nn.Sequential(nn.Linear(10, 8), nn.Tanh())
     model = KernelClassifier(
         NystromLayer(8, 12, seed=0), num_classes=4, backbone=backbone, lr=1e-2, backbone_lr=1e-3
     )
     first = backbone[0].weight.detach().clone()
-    trainer = _trainer(max_epochs=1)
+    trainer = make_trainer(max_epochs=1)
     trainer.fit(model, dm)
     assert not torch.equal(first, backbone[0].weight.detach())
     lrs = {g["name"]: g["lr"] for g in trainer.optimizers[0].param_groups}
@@ -159,21 +160,21 @@ class _NaNLayer(nn.Module):
         return x @ self.w * float("nan")
 
 
-def test_non_finite_objective_stops_with_reason() -> None:
+def test_non_finite_objective_stops_with_reason(make_trainer: Callable[..., L.Trainer]) -> None:
     model = KernelClassifier(_NaNLayer(), num_classes=4, objective="ce")
-    trainer = _trainer(max_epochs=5)
+    trainer = make_trainer(max_epochs=5)
     with pytest.warns(UserWarning, match="non-finite training objective"):
         trainer.fit(model, _data())
     assert trainer.should_stop and trainer.current_epoch <= 1  # not the 5 epochs asked for
     assert torch.equal(model.kernel_layer.w.detach(), torch.ones(10, 3))  # no update applied
 
 
-def test_untrained_baseline_evaluates_without_fit() -> None:
+def test_untrained_baseline_evaluates_without_fit(make_trainer: Callable[..., L.Trainer]) -> None:
     dm = _data()
     model = KernelClassifier(
         NystromLayer(10, 24, gamma=0.05, trainable=False, seed=0), num_classes=4
     )
-    acc = _fitted_accuracy(model, dm)
+    acc = _fitted_accuracy(make_trainer, model, dm)
     assert 0.25 < acc <= 1.0
     assert model.configure_optimizers() is None
     # The standard-Nystrom baseline: landmarks are training rows even without fit.
@@ -200,21 +201,21 @@ def test_constructor_errors(kwargs: dict, exc: type, match: str) -> None:
         KernelClassifier(args.pop("kernel_layer"), **args)
 
 
-def test_int32_labels_work_for_every_objective() -> None:
+def test_int32_labels_work_for_every_objective(make_trainer: Callable[..., L.Trainer]) -> None:
     x, y = make_classification(
         n_samples=700, n_features=6, n_classes=3, n_informative=4, random_state=0
     )
     for objective in ("di", "ls", "ce"):
         dm = TensorDataModule(x, y.astype(np.int32), x[:50], y[:50], batch_size=200)
         model = KernelClassifier(FourierLayer(6, 16, seed=0), num_classes=3, objective=objective)
-        _trainer(max_epochs=1).fit(model, dm)
+        make_trainer(max_epochs=1).fit(model, dm)
 
 
-def test_user_landmarks_are_kept() -> None:
+def test_user_landmarks_are_kept(make_trainer: Callable[..., L.Trainer]) -> None:
     dm = _data()
     z = torch.rand(20, 10)
     model = KernelClassifier(NystromLayer(10, 20, landmarks=z), num_classes=4, lr=1e-9)
-    _trainer(max_epochs=1).fit(model, dm)
+    make_trainer(max_epochs=1).fit(model, dm)
     assert torch.allclose(model.kernel_layer.landmarks.detach(), z, atol=1e-6)
     from_data = NystromLayer.from_data(torch.rand(50, 10), 20, seed=0)
     assert from_data.landmarks_given
@@ -231,7 +232,7 @@ def test_refit_restores_module_modes() -> None:
     assert model.training and backbone[0].training and not backbone[1].training
 
 
-def test_ls_read_out_does_not_depend_on_validation() -> None:
+def test_ls_read_out_does_not_depend_on_validation(make_trainer: Callable[..., L.Trainer]) -> None:
     dm = _data()
     dm.shuffle = False  # a DataLoader iterator draws from the global RNG: keep order fixed
     dm.setup()
@@ -239,7 +240,7 @@ def test_ls_read_out_does_not_depend_on_validation() -> None:
     for validate in (False, True):
         L.seed_everything(0)
         model = KernelClassifier(FourierLayer(10, 16, seed=0), num_classes=4, objective="ls")
-        _trainer(max_epochs=3).fit(
+        make_trainer(max_epochs=3).fit(
             model,
             train_dataloaders=dm.train_dataloader(),
             val_dataloaders=dm.test_dataloader() if validate else None,
@@ -261,12 +262,12 @@ def test_ls_running_statistics_are_checkpointed() -> None:
     assert empty.statistics is None
 
 
-def test_test_without_training_data_explains() -> None:
+def test_test_without_training_data_explains(make_trainer: Callable[..., L.Trainer]) -> None:
     model = KernelClassifier(FourierLayer(10, 8, seed=0), num_classes=4)
     dm = _data()
     dm.setup()
     with pytest.raises(RuntimeError, match="fitting the ridge read-out needs the training data"):
-        _trainer().test(model, dataloaders=dm.test_dataloader())
+        make_trainer().test(model, dataloaders=dm.test_dataloader())
 
 
 @pytest.mark.parametrize(
