@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from numbers import Integral, Real
+from typing import NoReturn
 
 import torch
 from torch import Tensor
@@ -69,7 +70,7 @@ def check_int(
     return number
 
 
-def raise_not_scriptable(owner: str) -> None:
+def raise_not_scriptable(owner: str) -> NoReturn:
     """Refuse ``torch.jit.script`` with the ways that work (called from
     ``__prepare_scriptable__``, which ``torch.jit.script`` calls first).
 

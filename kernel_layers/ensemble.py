@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -78,6 +79,8 @@ class EnsembleNystrom(nn.Module):
         x (Tensor[..., D]) -> Tensor[..., n].
     """
 
+    weights: Tensor
+
     def __init__(
         self,
         in_features: int,
@@ -151,7 +154,7 @@ class EnsembleNystrom(nn.Module):
         *,
         seed: int | None = None,
         generator: torch.Generator | None = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> EnsembleNystrom:
         """An ensemble whose maps use disjoint, uniformly random subsets of rows of ``x``.
 
@@ -179,7 +182,7 @@ class EnsembleNystrom(nn.Module):
         gen = make_generator(seed, generator, owner=owner)
         index = random_landmarks(x, total, generator=gen)
         landmarks = list(x[index].split(sizes))
-        return cls(x.shape[1], sizes, landmarks=landmarks, **kwargs)  # type: ignore[arg-type]
+        return cls(x.shape[1], sizes, landmarks=landmarks, **kwargs)
 
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` ensemble Nystrom features."""

@@ -6,6 +6,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
+from typing import NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -38,19 +39,19 @@ class _CosineFeatures(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, b: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, w: Tensor, b: Tensor, scale: float) -> Tensor:
         h = torch.addmm(b, x, w)
         ctx.save_for_backward(x, w, h)
         ctx.scale = scale
         return torch.cos(h).mul_(scale)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         refuse_double_backward("FourierLayer")
         return _CosineFeatures._backward(ctx, grad)
 
     @staticmethod
-    def _backward(ctx, grad: Tensor):  # type: ignore[no-untyped-def]
+    def _backward(ctx, grad: Tensor):
         x, w, h = ctx.saved_tensors
         e = torch.sin(h).mul_(grad).mul_(-ctx.scale)
         grad_x = e @ w.mT if ctx.needs_input_grad[0] else None
@@ -101,7 +102,7 @@ def _check_blocks(owner: str, blocks: object, in_features: int) -> tuple[tuple[i
     if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence) or not blocks:
         raise ValueError(f"{owner}: argument 'blocks' must be {expected}, got {blocks!r}")
     if all(isinstance(b, Integral) and not isinstance(b, bool) for b in blocks):
-        sizes = [int(b) for b in blocks]  # type: ignore[arg-type]
+        sizes = [int(b) for b in blocks]
         if min(sizes) < 1 or sum(sizes) != in_features:
             raise ValueError(
                 f"{owner}: argument 'blocks' must be {expected}, got sizes {sizes} "
@@ -205,6 +206,8 @@ class FourierLayer(nn.Module):
         x (Tensor[..., D]) -> Tensor[..., J].
     """
 
+    block_index: Tensor | None
+
     def __init__(
         self,
         in_features: int,
@@ -269,7 +272,8 @@ class FourierLayer(nn.Module):
         base = spectral_quantiles(
             spec, self.in_features, num_frequencies, generator=gen, dtype=torch.float64
         )
-        scale = spec.scale(self.gamma)  # type: ignore[misc]
+        assert spec.scale is not None  # get_kernel(..., spectral=True) checked it
+        scale = spec.scale(self.gamma)
         if ard:
             num_blocks = self.in_features if self.blocks is None else len(self.blocks)
             log_bandwidth = torch.full((num_blocks,), math.log(scale), dtype=torch.float64)
@@ -289,8 +293,12 @@ class FourierLayer(nn.Module):
                 index = index.to(device)
             self.register_buffer("block_index", index, persistent=False)
         else:
-            self.frequencies = nn.Parameter(
-                (scale * base).to(dtype=dtype, device=device), requires_grad=trainable_frequencies
+            self.register_parameter(
+                "frequencies",
+                nn.Parameter(
+                    (scale * base).to(dtype=dtype, device=device),
+                    requires_grad=trainable_frequencies,
+                ),
             )
         if features == "cos":
             phases = torch.rand(num_frequencies, generator=gen, dtype=torch.float64) * (2 * math.pi)
@@ -302,11 +310,13 @@ class FourierLayer(nn.Module):
 
     # ------------------------------------------------------------------ frequencies
     @property
-    def frequencies(self) -> Tensor:  # type: ignore[override]
+    def frequencies(self) -> Tensor:
         """``W (Tensor[D, J'])``: the parameter, or ``diag(sigma) h(Omega)`` with ``ard``."""
         params = self._parameters
         if "frequencies" in params:
-            return params["frequencies"]  # type: ignore[return-value]
+            frequencies = params["frequencies"]
+            assert frequencies is not None
+            return frequencies
         if "log_bandwidth" in params:
             return self.input_bandwidth[:, None] * self.base_frequencies
         raise AttributeError("frequencies")
@@ -390,7 +400,7 @@ class FourierLayer(nn.Module):
             "features": self.features,
         }
 
-    def __prepare_scriptable__(self) -> nn.Module:
+    def __prepare_scriptable__(self) -> NoReturn:
         raise_not_scriptable(type(self).__name__)
 
     def extra_repr(self) -> str:

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 import torch
@@ -262,7 +263,7 @@ def _check_n_jobs(owner: str, n_jobs: object) -> int | None:
     return int(n_jobs)
 
 
-def _make_classifier(classifier: object, seed: int) -> object:
+def _make_classifier(classifier: object, seed: int) -> Any:
     """A fresh, unfitted read-out."""
     if classifier == "linear_svc":
         return LinearSVC(

@@ -340,7 +340,12 @@ def _batches(data: Tensor | Iterable[object], batch_size: int) -> Iterable[Tenso
     for item in data:
         if isinstance(item, (tuple, list)) and item:
             item = item[0]
-        yield item  # type: ignore[misc]
+        if not isinstance(item, Tensor):
+            raise TypeError(
+                f"greedy_landmarks: argument 'data' must yield Tensors or (Tensor, ...) "
+                f"batches, got {type(item).__name__}"
+            )
+        yield item
 
 
 def greedy_landmarks(
@@ -433,6 +438,7 @@ def greedy_landmarks(
                 break
     if state is None:
         raise ValueError(f"{owner}: argument 'data' must hold at least one batch, got none")
+    assert width is not None  # set by the first batch, which exists (state is not None)
     landmarks = torch.cat(rows) if rows else torch.empty(0, width, dtype=dtype, device=device)
     if return_indices:
         return landmarks.detach(), torch.tensor(positions, dtype=torch.long)

@@ -91,6 +91,9 @@ class FeatureCentering(nn.Module):
         features (Tensor[..., J]) -> Tensor[..., J].
     """
 
+    mean: Tensor
+    count: Tensor
+
     def __init__(self, num_features: int, *, momentum: float | None = None) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -162,8 +165,8 @@ class FeatureCentering(nn.Module):
         if flat.shape[0] == 0:
             return
         batch_mean = flat.mean(0).to(self.mean.dtype)
-        if self.fitted:
-            self.mean.lerp_(batch_mean, self.momentum)  # type: ignore[arg-type]
+        if self.fitted and self.momentum is not None:
+            self.mean.lerp_(batch_mean, self.momentum)
         else:
             self.mean.copy_(batch_mean)
         self.count += flat.shape[0]

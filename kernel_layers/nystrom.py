@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -125,6 +126,8 @@ class NystromLayer(nn.Module):
         x (Tensor[..., D]) -> Tensor[..., n] (``Tensor[..., rank]`` with truncation).
     """
 
+    _projection: Tensor | None
+
     def __init__(
         self,
         in_features: int,
@@ -185,7 +188,7 @@ class NystromLayer(nn.Module):
         seed: int | None = None,
         generator: torch.Generator | None = None,
         eta: float | None = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> NystromLayer:
         """Build a layer whose landmarks are selected from data.
 
@@ -244,20 +247,22 @@ class NystromLayer(nn.Module):
             landmarks = x[kmeans_plus_plus(x, out_features, generator=gen)]
         else:
             eta = DEFAULT_ETA if eta is None else check_positive(owner, "eta", eta)
-            spec = get_kernel(kwargs.get("kernel", "gaussian"), owner=owner)  # type: ignore[arg-type]
-            spec = spec.bind(kwargs.get("kernel_params"), owner=owner)  # type: ignore[arg-type]
+            spec = get_kernel(kwargs.get("kernel", "gaussian"), owner=owner)
+            spec = spec.bind(kwargs.get("kernel_params"), owner=owner)
             gamma = check_positive(owner, "gamma", kwargs.get("gamma", 1.0))
             order = torch.randperm(x.shape[0], generator=gen).to(x.device)
-            landmarks = greedy_landmarks(
+            selected = greedy_landmarks(
                 x[order], kernel=spec, gamma=gamma, eta=eta, max_landmarks=out_features
             )
+            assert isinstance(selected, Tensor)  # return_indices=False
+            landmarks = selected
             if landmarks.shape[0] == 0:
                 raise ValueError(
                     f"{owner}: argument 'eta' must be below the largest k(x, x) so that the "
                     f"greedy rule accepts a landmark, got {eta}"
                 )
             out_features = landmarks.shape[0]
-        return cls(x.shape[1], out_features, landmarks=landmarks, **kwargs)  # type: ignore[arg-type]
+        return cls(x.shape[1], out_features, landmarks=landmarks, **kwargs)
 
     @property
     def jitter(self) -> float:
@@ -448,7 +453,7 @@ class NystromLayer(nn.Module):
             "jitter": self._jitter,
         }
 
-    def __prepare_scriptable__(self) -> nn.Module:
+    def __prepare_scriptable__(self) -> NoReturn:
         raise_not_scriptable(type(self).__name__)
 
     def extra_repr(self) -> str:

@@ -134,7 +134,7 @@ class DIStatistics(NamedTuple):
     """Sufficient statistics of a batch for DI (centred, so they merge without cancellation).
 
     Attributes:
-        count (Tensor[]): number of rows ``n``.
+        rows (Tensor[]): number of rows ``n``.
         mean (Tensor[J]): feature mean.
         scatter (Tensor[J, J]): ``sum (phi - mean)(phi - mean)^T``.
         target_mean (Tensor[L]): target mean.
@@ -143,7 +143,7 @@ class DIStatistics(NamedTuple):
         target_norm (Tensor[L]): ``sum y^2`` per column (class counts for one-hot).
     """
 
-    count: Tensor
+    rows: Tensor
     mean: Tensor
     scatter: Tensor
     target_mean: Tensor
@@ -166,7 +166,7 @@ def di_statistics(features: Tensor, targets: Tensor) -> DIStatistics:
     mean, target_mean = features.mean(0), targets.mean(0)
     phi_c, y_c = features - mean, targets - target_mean
     return DIStatistics(
-        count=torch.tensor(float(features.shape[0]), dtype=features.dtype, device=features.device),
+        rows=torch.tensor(float(features.shape[0]), dtype=features.dtype, device=features.device),
         mean=mean,
         scatter=phi_c.mT @ phi_c,
         target_mean=target_mean,
@@ -181,14 +181,14 @@ def merge_statistics(a: DIStatistics, b: DIStatistics) -> DIStatistics:
 
     Exact in exact arithmetic and free of the ``S - s s^T / n`` cancellation.
     """
-    n = a.count + b.count
-    w = a.count * b.count / n
+    n = a.rows + b.rows
+    w = a.rows * b.rows / n
     dm, dy = b.mean - a.mean, b.target_mean - a.target_mean
     return DIStatistics(
-        count=n,
-        mean=a.mean + dm * (b.count / n),
+        rows=n,
+        mean=a.mean + dm * (b.rows / n),
         scatter=a.scatter + b.scatter + w * torch.outer(dm, dm),
-        target_mean=a.target_mean + dy * (b.count / n),
+        target_mean=a.target_mean + dy * (b.rows / n),
         cross=a.cross + b.cross + w * torch.outer(dm, dy),
         target_scatter=a.target_scatter + b.target_scatter + w * dy * dy,
         target_norm=a.target_norm + b.target_norm,
@@ -223,7 +223,7 @@ def _solve_primal(
 class _Sync:
     """Sum-reduction of DI's statistics across the processes of a ``torch.distributed`` group."""
 
-    def __init__(self, group: object | None) -> None:
+    def __init__(self, group: dist.ProcessGroup | None) -> None:
         self.group = group
         self.world_size = dist.get_world_size(group)
 
@@ -232,7 +232,7 @@ class _Sync:
         return tensor
 
     @staticmethod
-    def create(enabled: bool, group: object | None) -> _Sync | None:
+    def create(enabled: bool, group: dist.ProcessGroup | None) -> _Sync | None:
         """A reducer when ``enabled`` and a process group of size > 1 exists, else ``None``."""
         if not enabled or not dist.is_available() or not dist.is_initialized():
             return None
@@ -253,7 +253,7 @@ class _DIFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx,
         features: Tensor,
         targets: Tensor,
@@ -320,12 +320,12 @@ class _DIFunction(torch.autograd.Function):
         return di.to(features.dtype)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         refuse_double_backward("discriminant_information")
         return _DIFunction._backward(ctx, grad)
 
     @staticmethod
-    def _backward(ctx, grad: Tensor):  # type: ignore[no-untyped-def]
+    def _backward(ctx, grad: Tensor):
         residual, a, y_c = ctx.saved_tensors
         grad = grad.to(a.dtype)
         grad_features = grad_targets = grad_ridge = None
@@ -359,7 +359,7 @@ def discriminant_information(
     num_classes: int | None = None,
     form: str = "auto",
     sync_dist: bool = False,
-    process_group: object | None = None,
+    process_group: dist.ProcessGroup | None = None,
 ) -> Tensor:
     """Discriminant Information of a batch of features about its targets.
 
@@ -425,7 +425,7 @@ def nystrom_discriminant_information(
     jitter: float | None = None,
     num_classes: int | None = None,
     sync_dist: bool = False,
-    process_group: object | None = None,
+    process_group: dist.ProcessGroup | None = None,
 ) -> Tensor:
     """NysDI, eq. (10) of the DI paper, straight from inputs and landmarks.
 

@@ -382,7 +382,7 @@ class ArrayDataModule(LightningDataModule):
                 )
                 self._warned_cap = True
             batch_size = len(dataset)
-        options = {
+        options: dict[str, Any] = {
             "num_workers": self.num_workers,
             "pin_memory": self.pin_memory,
             "persistent_workers": self.num_workers > 0,

@@ -74,12 +74,12 @@ class DatasetNotFoundError(FileNotFoundError):
     """
 
 
-def _open_maybe_gzip(path: Path) -> IO[bytes]:
+def _open_maybe_gzip(path: Path) -> IO[bytes] | gzip.GzipFile:
     """Open ``path`` for binary reading, decompressing if it starts with the gzip magic."""
     with open(path, "rb") as fh:
         head = fh.read(2)
     if head == _GZIP_MAGIC:
-        return gzip.open(path, "rb")
+        return gzip.GzipFile(path, "rb")
     return open(path, "rb")
 
 

@@ -64,17 +64,21 @@ class ResumableLoader(DataLoader):
     def __init__(
         self, dataset: Dataset, *, batch_size: int, seed: int, shuffle: bool = True, **kwargs: Any
     ) -> None:
+        # Dataset declares no __len__ in its stub; map-style datasets have one.
         sampler = EpochSeededSampler(len(dataset), seed, shuffle=shuffle)  # type: ignore[arg-type]
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self._yielded = 0
         self._skip = 0
 
+    # DataLoader.__iter__ is typed to return its private iterator class; a generator
+    # that resumes mid-epoch serves the same protocol.
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return self._batches()
 
     def _batches(self) -> Iterator[Any]:
         skip, self._skip = self._skip, 0
-        self.sampler.start = skip * self.batch_size  # type: ignore[attr-defined]
+        assert isinstance(self.sampler, EpochSeededSampler) and self.batch_size is not None
+        self.sampler.start = skip * self.batch_size
         self._yielded = skip
         for batch in super().__iter__():
             self._yielded += 1
@@ -82,9 +86,11 @@ class ResumableLoader(DataLoader):
 
     def state_dict(self) -> dict[str, int]:
         """The epoch and the number of batches yielded in it."""
-        return {"epoch": self.sampler.epoch, "batches": self._yielded}  # type: ignore[attr-defined]
+        assert isinstance(self.sampler, EpochSeededSampler)
+        return {"epoch": self.sampler.epoch, "batches": self._yielded}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume the epoch ``state`` describes, after its consumed batches."""
-        self.sampler.set_epoch(int(state["epoch"]))  # type: ignore[attr-defined]
+        assert isinstance(self.sampler, EpochSeededSampler)
+        self.sampler.set_epoch(int(state["epoch"]))
         self._skip = int(state["batches"]) % max(len(self), 1)

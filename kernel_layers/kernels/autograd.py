@@ -63,14 +63,14 @@ class GaussianKernelFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, z: Tensor, gamma: float, symmetric: bool) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, z: Tensor, gamma: float, symmetric: bool) -> Tensor:
         g = squared_distances(x, x if symmetric else z).mul_(-gamma).exp_()
         ctx.save_for_backward(x, z, g)
         ctx.gamma = gamma
         return g
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         x, z, g = ctx.saved_tensors
         e = grad * g
         e.mul_(-2.0 * ctx.gamma)
@@ -135,7 +135,7 @@ class ProductKernelFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, z: Tensor, gamma: float, log_factor, grad_factor) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, z: Tensor, gamma: float, log_factor, grad_factor) -> Tensor:
         chunk = _chunk_size(x, z)
         log_k = x.new_zeros(x.shape[0], z.shape[0])
         for start in range(0, x.shape[1], chunk):
@@ -149,7 +149,7 @@ class ProductKernelFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         x, z, k = ctx.saved_tensors
         need_x, need_z = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         e = (grad * k)[None]

@@ -175,6 +175,8 @@ class Kernel:
 
         return dataclasses.replace(
             self,
+            # partial() of each callable keeps its signature minus the bound keywords,
+            # which the field types cannot express.
             matrix=partial(self.matrix),  # type: ignore[arg-type]
             transform=partial(self.transform),  # type: ignore[arg-type]
             check_input=partial(self.check_input),  # type: ignore[arg-type]

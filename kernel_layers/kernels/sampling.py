@@ -52,7 +52,8 @@ def _quantiles(
     spec: Kernel, in_features: int, out_features: int, generator: torch.Generator | None
 ) -> Tensor:
     u = torch.rand(in_features, out_features, generator=generator, dtype=torch.float64)
-    return spec.quantile(u.clamp(UNIFORM_EPS, 1.0 - UNIFORM_EPS))  # type: ignore[misc]
+    assert spec.quantile is not None  # get_kernel(..., spectral=True) checked it
+    return spec.quantile(u.clamp(UNIFORM_EPS, 1.0 - UNIFORM_EPS))
 
 
 def sample_frequencies(
@@ -85,5 +86,6 @@ def sample_frequencies(
     """
     spec = get_kernel(kernel, owner="sample_frequencies", spectral=True)
     gamma = check_positive("sample_frequencies", "gamma", gamma)
-    w = spec.scale(gamma) * _quantiles(spec, in_features, out_features, generator)  # type: ignore[misc]
+    assert spec.scale is not None  # get_kernel(..., spectral=True) checked it
+    w = spec.scale(gamma) * _quantiles(spec, in_features, out_features, generator)
     return w.to(dtype=dtype or torch.get_default_dtype(), device=device)

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -289,8 +290,8 @@ class KernelLayersCLI(LightningCLI):
             return
         path = Path(ckpt_path)
         callback = self.trainer.checkpoint_callback
-        if ckpt_path == "last" and callback is not None and getattr(callback, "dirpath", None):
-            path = Path(callback.dirpath) / "last.ckpt"  # type: ignore[attr-defined]
+        if ckpt_path == "last" and isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            path = Path(callback.dirpath) / "last.ckpt"
         if not path.is_file():
             return  # Lightning reports a missing checkpoint itself
         saved = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
@@ -324,10 +325,10 @@ class KernelLayersCLI(LightningCLI):
             )
         dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
         if isinstance(self.model, KernelClassifier):
-            self.model.hparams.return_scores = True
-        self.trainer.callbacks.append(  # type: ignore[attr-defined]
-            PredictionWriter(options["predict_output"], scores=options["predict_scores"])
-        )
+            self.model.hparams["return_scores"] = True
+        writer = PredictionWriter(options["predict_output"], scores=options["predict_scores"])
+        self.trainer.callbacks.append(writer)  # type: ignore[attr-defined]  # a list property
+        # that Lightning's Trainer stub does not declare
 
     def after_fit(self) -> None:
         """Report test accuracy of the fitted model (the quick start's last line)."""

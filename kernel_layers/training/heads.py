@@ -58,6 +58,10 @@ class RidgeHead(nn.Module):
         features (Tensor[B, J]) -> Tensor[B, L] scores.
     """
 
+    weight: Tensor
+    bias: Tensor
+    fitted: Tensor
+
     def __init__(self, in_features: int, num_outputs: int, *, rho: float = DEFAULT_HEAD_RHO):
         super().__init__()
         owner = type(self).__name__

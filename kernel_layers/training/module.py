@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.pytorch import LightningModule
@@ -93,6 +93,11 @@ class KernelClassifier(LightningModule):
         return_scores: ``predict_step`` returns ``(classes, scores)`` instead of classes.
     """
 
+    landmarks_initialised: Tensor
+    di_epoch_sum: Tensor
+    di_epoch_rows: Tensor
+    di_epoch_index: Tensor
+
     def __init__(
         self,
         kernel_layer: nn.Module,
@@ -112,10 +117,12 @@ class KernelClassifier(LightningModule):
         given = _cli_config()
         if is_spec(kernel_layer):  # a checkpoint's record (load_from_checkpoint)
             given.setdefault("kernel_layer", kernel_layer)
-            kernel_layer = build_module(owner, "kernel_layer", kernel_layer)  # type: ignore[arg-type]
+            kernel_layer = build_module(
+                owner, "kernel_layer", cast(Mapping[str, Any], kernel_layer)
+            )
         if is_spec(backbone):
             given.setdefault("backbone", backbone)
-            backbone = build_module(owner, "backbone", backbone)  # type: ignore[arg-type]
+            backbone = build_module(owner, "backbone", cast(Mapping[str, Any], backbone))
         check_choice(owner, "objective", objective, OBJECTIVES)
         # The features' width: a layer with truncation says so (NystromLayer(rank=k)).
         width = getattr(kernel_layer, "feature_width", getattr(kernel_layer, "out_features", None))
@@ -157,6 +164,8 @@ class KernelClassifier(LightningModule):
         self.register_buffer("di_epoch_rows", torch.tensor(0, dtype=torch.long))
         self.register_buffer("di_epoch_index", torch.tensor(-1, dtype=torch.long))
 
+    # Lightning declares this through a restricted-classmethod descriptor that mypy cannot
+    # match with a classmethod; the call signature is Lightning's.
     @classmethod
     def load_from_checkpoint(  # type: ignore[override]
         cls,
@@ -189,7 +198,7 @@ class KernelClassifier(LightningModule):
                     "settings it was trained with (and backbone=... if it had one)"
                 )
         kwargs.setdefault("weights_only", True)
-        return super().load_from_checkpoint(  # type: ignore[return-value]
+        return super().load_from_checkpoint(
             checkpoint_path, map_location, hparams_file, strict, **kwargs
         )
 
@@ -233,15 +242,15 @@ class KernelClassifier(LightningModule):
         sync = self._world_size > 1
         layer_di = getattr(layer, "discriminant_information", None)
         if callable(layer_di):
-            return layer_di(h, y, rho=hp.rho, num_classes=hp.num_classes, sync_dist=sync)
+            return layer_di(h, y, rho=hp["rho"], num_classes=hp["num_classes"], sync_dist=sync)
         return discriminant_information(
-            layer(h), y, rho=hp.rho, num_classes=hp.num_classes, sync_dist=sync
+            layer(h), y, rho=hp["rho"], num_classes=hp["num_classes"], sync_dist=sync
         )
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         x, y = batch[0], batch[1]
         h = self.embed(x)
-        objective = self.hparams.objective
+        objective = self.hparams["objective"]
         if objective == "di":
             self._check_batch(h.shape[0] * self._world_size)
             di = self._di(h, y)
@@ -258,12 +267,13 @@ class KernelClassifier(LightningModule):
             y = y.long()
             if objective == "ls":
                 self.head.update(features.detach(), y)
-                onehot = nn.functional.one_hot(y, self.hparams.num_classes).to(features.dtype)
+                onehot = nn.functional.one_hot(y, self.hparams["num_classes"]).to(features.dtype)
                 weight = self.head.weight.to(features.dtype)
                 bias = self.head.bias.to(features.dtype)
-                loss = least_squares_loss(features, onehot, weight, bias, rho=self.hparams.rho)
+                loss = least_squares_loss(features, onehot, weight, bias, rho=self.hparams["rho"])
                 loss = loss / len(y)
             else:
+                assert self.readout is not None  # objective "ce" builds it
                 loss = nn.functional.cross_entropy(self.readout(features), y)
             shown = loss
         self.log("train/loss", shown, on_step=True, on_epoch=True, batch_size=len(y))
@@ -376,7 +386,7 @@ class KernelClassifier(LightningModule):
         """
         hp, layer = self.hparams, self.kernel_layer
         if (
-            not hp.init_landmarks
+            not hp["init_landmarks"]
             or not isinstance(layer, NystromLayer)
             or getattr(layer, "landmarks_given", False)
             or bool(self.landmarks_initialised)
@@ -452,7 +462,7 @@ class KernelClassifier(LightningModule):
 
     def on_train_start(self) -> None:
         self._init_landmarks()
-        if self.hparams.objective == "ls" and not bool(self.head.fitted):
+        if self.hparams["objective"] == "ls" and not bool(self.head.fitted):
             self.refit_head()  # the LS read-out's first closed-form fit
             self.head.reset()
 
@@ -469,7 +479,7 @@ class KernelClassifier(LightningModule):
         self.head.set_statistics(merged)
 
     def on_train_epoch_end(self) -> None:
-        if self.hparams.objective == "ls" and self.head.statistics is not None:
+        if self.hparams["objective"] == "ls" and self.head.statistics is not None:
             self._gather_head_statistics()
             self.head.fit()  # the alternating closed-form step of the LS baseline
             self.head.reset()
@@ -477,7 +487,7 @@ class KernelClassifier(LightningModule):
     @property
     def _refits_head(self) -> bool:
         """Whether the read-out is refitted by a pass over the data (DI objective)."""
-        return self.hparams.objective == "di"
+        return self.hparams["objective"] == "di"
 
     def on_validation_epoch_start(self) -> None:
         if self._refits_head and not self.trainer.sanity_checking:
@@ -516,7 +526,7 @@ class KernelClassifier(LightningModule):
         x = batch[0] if isinstance(batch, list | tuple) else batch
         scores = self.scores(self(x))
         classes = scores.argmax(1)
-        return (classes, scores) if self.hparams.return_scores else classes
+        return (classes, scores) if self.hparams["return_scores"] else classes
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> torch.optim.Optimizer | None:
@@ -526,11 +536,13 @@ class KernelClassifier(LightningModule):
         if self.readout is not None:
             own += list(self.readout.parameters())
         if own:
-            groups.append({"params": own, "lr": hp.lr, "name": "kernel"})
+            groups.append({"params": own, "lr": hp["lr"], "name": "kernel"})
         if self.backbone is not None:
             params = [p for p in self.backbone.parameters() if p.requires_grad]
             if params:
-                groups.append({"params": params, "lr": hp.backbone_lr or hp.lr, "name": "backbone"})
+                groups.append(
+                    {"params": params, "lr": hp["backbone_lr"] or hp["lr"], "name": "backbone"}
+                )
         if not groups:
             return None
         return torch.optim.Adam(groups)
