@@ -256,7 +256,11 @@ def _check_n_jobs(owner: str, n_jobs: object) -> int | None:
     """``None`` or a non-zero integer (joblib's convention), else raise."""
     if n_jobs is None:
         return None
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, Integral) or n_jobs == 0:
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, Integral):
+        raise TypeError(
+            f"{owner}: argument 'n_jobs' must be None or a non-zero integer, got {n_jobs!r}"
+        )
+    if n_jobs == 0:
         raise ValueError(
             f"{owner}: argument 'n_jobs' must be None or a non-zero integer, got {n_jobs!r}"
         )

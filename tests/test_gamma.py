@@ -218,6 +218,7 @@ _X, _Y = _blobs(n_per_class=6)
         ({"seed": -1}, ValueError, r"argument 'seed' must be an integer >= 0, got -1"),
         ({"max_samples": 5}, ValueError, r"argument 'max_samples' must be an integer >= 6, got 5"),
         ({"n_jobs": 0}, ValueError, r"'n_jobs' must be None or a non-zero integer, got 0"),
+        ({"n_jobs": 1.5}, TypeError, r"'n_jobs' must be None or a non-zero integer, got 1.5"),
         ({"classifier": "svm"}, ValueError, r"'classifier' must be one of \['linear_svc', 'ri"),
         ({"classifier": 3}, TypeError, r"'classifier' must be one of .* classifier, got int"),
         ({"gammas": []}, ValueError, r"'gammas' must be a non-empty sequence of numbers > 0"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,27 @@ def test_first_lines_are_the_two_setup_commands() -> None:
     assert block is not None and README.read_text().index("```bash") < 200
     lines = block.group(1).strip().splitlines()
     assert lines == [
-        "pip install -e . && kernel-layers fit --config recipes/quickstart.yaml",
-        'pip install -e ".[dev]" && ruff check . && python -m pytest -q',
+        "pip install . && kernel-layers fit --config quickstart",
+        'pip install -e ".[dev]" && ruff check . && ruff format --check . && mypy '
+        "&& python -m pytest -q",
     ]
-    assert lines[1] in CI.read_text()  # CI runs exactly the README's test command
+
+
+def test_ci_runs_exactly_the_readme_test_command(tmp_path: Path) -> None:
+    """.ci/run reads its test command out of the README with this awk program."""
+    script = CI.read_text()
+    (line,) = [row for row in script.splitlines() if row.startswith("test_command=")]
+    assert 'eval "$test_command"' in script
+    out = subprocess.run(
+        ["bash", "-c", f'{line}\nprintf "%s" "$test_command"'],
+        cwd=README.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    first = re.search(r"```bash\n(.*?)```", README.read_text(), re.S)
+    assert first is not None
+    assert out == first.group(1).strip().splitlines()[1]
 
 
 @pytest.mark.parametrize("code", re.findall(r"```python\n(.*?)```", README.read_text(), re.S))
