@@ -200,16 +200,19 @@ class DISaturationStopping(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.best_score = float(state_dict["best_score"])
-        self.wait_count = int(state_dict["wait_count"])
-        self.window_open = bool(state_dict["window_open"])
-        self._window_start = state_dict["window_start"]
-        self.lr_drop_epochs = [int(e) for e in state_dict["lr_drop_epochs"]]
-        self._last_lrs = state_dict["last_lrs"]
-        self._epoch_lrs = state_dict["epoch_lrs"]
-        self.stopped_epoch = int(state_dict["stopped_epoch"])
-        self.stopping_reason = DISaturationReason(state_dict["stopping_reason"])
-        self.stopping_reason_message = state_dict["stopping_reason_message"]
+        """Restore the state; keys missing from an older checkpoint keep their defaults
+        (the values of a fresh callback), as Lightning's own callbacks do."""
+        state = {**self.state_dict(), **state_dict}
+        self.best_score = float(state["best_score"])
+        self.wait_count = int(state["wait_count"])
+        self.window_open = bool(state["window_open"])
+        self._window_start = state["window_start"]
+        self.lr_drop_epochs = [int(e) for e in state["lr_drop_epochs"]]
+        self._last_lrs = state["last_lrs"]
+        self._epoch_lrs = state["epoch_lrs"]
+        self.stopped_epoch = int(state["stopped_epoch"])
+        self.stopping_reason = DISaturationReason(state["stopping_reason"])
+        self.stopping_reason_message = state["stopping_reason_message"]
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -184,10 +184,13 @@ class PlateauDecay(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.best_score = float(state_dict["best_score"])
-        self.wait_count = int(state_dict["wait_count"])
-        self.cooldown_counter = int(state_dict["cooldown_counter"])
-        self.decay_epochs = [int(e) for e in state_dict["decay_epochs"]]
+        """Restore the state; keys missing from an older checkpoint keep their defaults
+        (the values of a fresh callback), as Lightning's own callbacks do."""
+        state = {**self.state_dict(), **state_dict}
+        self.best_score = float(state["best_score"])
+        self.wait_count = int(state["wait_count"])
+        self.cooldown_counter = int(state["cooldown_counter"])
+        self.decay_epochs = [int(e) for e in state["decay_epochs"]]
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

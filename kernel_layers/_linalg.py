@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "SOLVE_DTYPE",
     "autocast_off",
     "default_jitter",
+    "distance_limit",
     "landmark_gram",
     "refuse_double_backward",
     "robust_cholesky",
@@ -46,6 +48,14 @@ CHOLESKY_JITTER = 1e-12
 JITTER_GROWTH = 100.0
 #: Number of jittered attempts before giving up.
 MAX_JITTER_TRIES = 6
+
+
+def distance_limit(dtype: torch.dtype, width: int) -> float:
+    """The largest input magnitude whose squared distances ``sum_i (x_i - z_i)^2`` over
+    ``width`` dimensions (points within that magnitude) stay finite in ``dtype``."""
+    if not dtype.is_floating_point:  # refused by the dtype check that follows
+        return math.inf
+    return math.sqrt(torch.finfo(dtype).max / (4.0 * max(width, 1)))
 
 
 def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITTER) -> Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from kernel_layers._validation import check_int
+
 __all__ = ["make_generator"]
 
 
@@ -13,14 +15,22 @@ def make_generator(
     """A CPU generator from ``seed`` or ``generator`` (at most one), else from torch's RNG.
 
     Raises:
-        ValueError: both ``seed`` and ``generator`` were given.
+        TypeError: ``seed`` is not an integer or ``generator`` not a ``torch.Generator``.
+        ValueError: both were given, or ``seed`` is negative.
     """
     if seed is not None and generator is not None:
         raise ValueError(
             f"{owner}: arguments 'seed' and 'generator' are exclusive, got both (seed={seed!r})"
         )
     if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"{owner}: argument 'generator' must be a torch.Generator or None, "
+                f"got {type(generator).__name__}"
+            )
         return generator
+    if seed is not None:  # 1.5 or True would be silently truncated by manual_seed
+        seed = check_int(owner, "seed", seed, minimum=0)
     gen = torch.Generator()
-    gen.manual_seed(int(seed) if seed is not None else int(torch.randint(2**62, ()).item()))
+    gen.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
     return gen

@@ -21,6 +21,7 @@ from torch import Tensor
 __all__ = [
     "check_bool",
     "check_choice",
+    "check_device",
     "check_dtype",
     "check_features",
     "check_finite",
@@ -173,27 +174,54 @@ def check_fraction(owner: str, name: str, value: object, *, include_zero: bool =
     return number
 
 
-def check_finite(owner: str, name: str, x: Tensor) -> None:
-    """Raise if ``x`` holds NaN or Inf (skipped under ``torch.compile``).
+def check_finite(
+    owner: str, name: str, x: Tensor, *, max_abs: float | None = None, why: str = ""
+) -> None:
+    """Raise if ``x`` holds NaN or Inf, or (with ``max_abs``) an entry larger than that.
+
+    One min / max reduction and one read of two numbers (skipped under
+    ``torch.compile``); a sum would overflow on finite inputs near the dtype's limit.
+
+    Args:
+        owner: the layer or function name used in messages.
+        name: the argument name used in messages.
+        x: the tensor.
+        max_abs: the largest magnitude the caller's arithmetic can take without
+            overflowing, or ``None``.
+        why: what overflows beyond ``max_abs`` (for the message).
 
     Raises:
-        ValueError: ``x`` has a non-finite entry.
+        ValueError: ``x`` has a non-finite entry, or one beyond ``max_abs``.
     """
-    if is_compiling():
+    if is_compiling() or x.numel() == 0 or x.is_meta:
         return
-    # One reduction, no temporary: the sum is finite unless an entry is NaN/Inf (or the
-    # sum overflows, which the exact count below tells apart).
-    if bool(torch.isfinite(x.sum())):
-        return
-    bad = int((~torch.isfinite(x)).sum())
-    if bad:
+    low, high = torch.aminmax(x.detach())
+    low_value, high_value = torch.stack([low, high]).double().tolist()
+    if not (math.isfinite(low_value) and math.isfinite(high_value)):
+        bad = int((~torch.isfinite(x)).sum())
         raise ValueError(
             f"{owner}: argument '{name}' must be finite, got {bad} NaN/Inf "
             f"value(s) in a tensor of shape {list(x.shape)}"
         )
+    largest = max(-low_value, high_value)
+    if max_abs is not None and largest > max_abs:
+        raise ValueError(
+            f"{owner}: argument '{name}' must have entries with |value| <= {max_abs:.3g} "
+            f"in {x.dtype}{' (' + why + ')' if why else ''}, got max |value| = "
+            f"{largest:.3g}; scale the inputs (e.g. to [0, 1]) or use float64"
+        )
 
 
-def check_features(owner: str, name: str, x: object, width: int, *, min_ndim: int = 1) -> Tensor:
+def check_features(
+    owner: str,
+    name: str,
+    x: object,
+    width: int,
+    *,
+    min_ndim: int = 1,
+    max_abs: float | None = None,
+    why: str = "",
+) -> Tensor:
     """Check a floating tensor of shape ``[..., width]`` with finite entries.
 
     Args:
@@ -202,6 +230,8 @@ def check_features(owner: str, name: str, x: object, width: int, *, min_ndim: in
         x (Tensor[..., width]): the input.
         width: the required size of the last dimension.
         min_ndim: the least number of dimensions accepted.
+        max_abs: the largest magnitude accepted (see :func:`check_finite`).
+        why: what overflows beyond ``max_abs``.
 
     Returns:
         Tensor[..., width]: ``x`` itself.
@@ -228,7 +258,7 @@ def check_features(owner: str, name: str, x: object, width: int, *, min_ndim: in
             f"{owner}: argument '{name}' must have last dimension {width}, "
             f"got shape {list(x.shape)}"
         )
-    check_finite(owner, name, x)
+    check_finite(owner, name, x, max_abs=max_abs, why=why)
     return x
 
 
@@ -252,6 +282,24 @@ def check_matrix(owner: str, name: str, x: object, *, width: int | None = None) 
 
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def check_device(owner: str, name: str, x: Tensor, device: torch.device) -> None:
+    """Raise unless ``x`` is on ``device`` (the layer's), naming both.
+
+    Raises:
+        ValueError: another device, or a meta tensor (no data to compute kernels on).
+    """
+    if x.is_meta:
+        raise ValueError(
+            f"{owner}: argument '{name}' must hold data, got a meta tensor of shape "
+            f"{list(x.shape)} (kernel layers compute on values; use a real device)"
+        )
+    if x.device != device:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be on the layer's device {device}, got "
+            f"{x.device}; move it with x.to({str(device)!r}) or the layer with .to()"
+        )
 
 
 def check_dtype(owner: str, name: str, x: Tensor, dtype: torch.dtype) -> Tensor:

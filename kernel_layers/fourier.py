@@ -11,10 +11,16 @@ from typing import NoReturn
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import autocast_off, refuse_double_backward, upcast
+from kernel_layers._linalg import (
+    autocast_off,
+    distance_limit,
+    refuse_double_backward,
+    upcast,
+)
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
+    check_device,
     check_dtype,
     check_features,
     check_int,
@@ -274,6 +280,12 @@ class FourierLayer(nn.Module):
         )
         assert spec.scale is not None  # get_kernel(..., spectral=True) checked it
         scale = spec.scale(self.gamma)
+        largest = scale * float(base.abs().max()) * self.in_features
+        if not largest < torch.finfo(dtype).max:  # x W of inputs in [0, 1] would overflow
+            raise ValueError(
+                f"{owner}: argument 'gamma' must keep the phases x W of inputs in [0, 1] "
+                f"finite in {dtype}, got gamma={self.gamma:g} (frequency scale {scale:.3g})"
+            )
         if ard:
             num_blocks = self.in_features if self.blocks is None else len(self.blocks)
             log_bandwidth = torch.full((num_blocks,), math.log(scale), dtype=torch.float64)
@@ -345,7 +357,15 @@ class FourierLayer(nn.Module):
         computed in float32, and the features come out in that dtype.
         """
         owner = type(self).__name__
-        check_features(owner, "x", x, self.in_features)
+        check_features(
+            owner,
+            "x",
+            x,
+            self.in_features,
+            max_abs=distance_limit(upcast(x).dtype, self.in_features),
+            why="larger ones overflow the phases x W",
+        )
+        check_device(owner, "x", x, self._device_reference().device)
         with autocast_off(x):  # the phase x W + b never runs in low precision
             frequencies = self.frequencies
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), frequencies.dtype)
@@ -359,6 +379,12 @@ class FourierLayer(nn.Module):
             else:
                 out = cossin_features(flat, frequencies)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _device_reference(self) -> Tensor:
+        """A parameter or buffer of the layer (they share one device)."""
+        for tensor in self.parameters():
+            return tensor
+        return next(self.buffers())
 
     def discriminant_information(
         self,

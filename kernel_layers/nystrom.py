@@ -12,12 +12,14 @@ from torch import Tensor, nn
 from kernel_layers._linalg import (
     autocast_off,
     default_jitter,
+    distance_limit,
     landmark_gram,
     robust_cholesky,
     upcast,
 )
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
+    check_device,
     check_dtype,
     check_features,
     check_int,
@@ -377,7 +379,15 @@ class NystromLayer(nn.Module):
         matrix and one product, and exported graphs (ONNX) hold ``P`` as a constant.
         """
         owner = type(self).__name__
-        check_features(owner, "x", x, self.in_features)
+        check_features(
+            owner,
+            "x",
+            x,
+            self.in_features,
+            max_abs=distance_limit(upcast(self.landmarks).dtype, self.in_features),
+            why="larger ones overflow the squared distances to the landmarks",
+        )
+        check_device(owner, "x", x, self.landmarks.device)
         with autocast_off(x):  # distances and solves never run in low precision
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)
             flat = upcast(flat)

@@ -305,14 +305,17 @@ def test_covtype_paper_split_sizes() -> None:
     assert LetterDataModule._proportional_split(20000, 20000, 15000) == 15000
 
 
-def test_covtype_reads_sklearn_cache(tmp_path: Path) -> None:
-    joblib = pytest.importorskip("joblib")
+def test_covtype_download_keeps_arrays_that_load_without_pickles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.default_rng(1)
-    (tmp_path / "covertype").mkdir()
     x = rng.integers(0, 50, size=(100, 54)).astype(np.float64)
-    y = (np.arange(100) % 7 + 1).astype(np.int32)
-    joblib.dump(x, tmp_path / "covertype" / "samples_py3")
-    joblib.dump(y, tmp_path / "covertype" / "targets_py3")
+    y = (np.arange(100) % 7).astype(np.int64)
+    monkeypatch.setattr("kernel_layers.data.readers.check_network", lambda urls, **kw: None)
+    monkeypatch.setattr(CovTypeDataModule, "_from_sklearn", lambda self, download: (x, y))
+    CovTypeDataModule(tmp_path, val_fraction=0.0).setup()  # the "download"
+    assert (tmp_path / "covtype-arrays.npz").is_file()
+    monkeypatch.undo()
     dm = CovTypeDataModule(tmp_path, download=False, val_fraction=0.0)
     dm.setup()
     assert len(dm.train_dataset) == 80 and len(dm.test_dataset) == 20
@@ -337,7 +340,7 @@ def test_covtype_offline_error(tmp_path: Path, no_network: None) -> None:
     message = str(info.value)
     assert f"no CovType data under '{tmp_path / 'home'}'" in message
     assert "download failed (OSError: network unreachable (test))" in message
-    assert "covtype.data.gz" in message and "samples_py3" in message
+    assert "covtype.data.gz" in message and "covtype-arrays.npz" in message
     with pytest.raises(DatasetNotFoundError, match=r"download is disabled \(download=False\)"):
         CovTypeDataModule(tmp_path / "home", download=False).setup()
 

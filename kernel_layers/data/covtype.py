@@ -15,7 +15,9 @@ from kernel_layers.data.base import (
 from kernel_layers.data.readers import (
     DatasetNotFoundError,
     download_timeout,
+    read_arrays,
     read_covtype_csv,
+    write_arrays,
 )
 from kernel_layers.data.sklearn_home import SklearnHomeDataModule
 
@@ -31,6 +33,8 @@ COVTYPE_RAW_FILES = ("covtype.data.gz", "covtype.data")
 COVTYPE_SKLEARN_DIR = "covertype"
 COVTYPE_SKLEARN_FILES = ("samples_py3", "targets_py3")
 #: Host that ``sklearn.datasets.fetch_covtype`` downloads from.
+#: The arrays kept after a download, read with ``numpy.load(allow_pickle=False)``.
+COVTYPE_ARRAYS_FILE = "covtype-arrays.npz"
 COVTYPE_URL = "https://ndownloader.figshare.com/files/5976039"
 
 
@@ -93,13 +97,24 @@ class CovTypeDataModule(SklearnHomeDataModule):
         return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.int64) - 1
 
     def _locate(self) -> Callable[[], RawArrays]:
+        """The UCI CSV, else this library's ``.npz`` cache (read without pickles), else a
+        download; scikit-learn's pickled cache is never loaded (a pickle can run code)."""
         cache = self.data_home / COVTYPE_SKLEARN_DIR
-        if all((cache / name).is_file() for name in COVTYPE_SKLEARN_FILES):
-            return lambda: self._split(*self._from_sklearn(download=False))
         raw = self._find_raw(COVTYPE_RAW_FILES, COVTYPE_SKLEARN_DIR)
         if raw is not None:
             path = raw
             return lambda: self._split(*read_covtype_csv(path))
+        arrays = self.data_home / COVTYPE_ARRAYS_FILE
+        if arrays.is_file():
+            return lambda: self._split(*read_arrays(arrays, owner=self._name))
+        if any((cache / name).exists() for name in COVTYPE_SKLEARN_FILES):
+            raise ValueError(
+                f"{self._name}: refusing to read scikit-learn's pickled cache '{cache}' "
+                "(loading a pickle can run code, so a data folder from elsewhere is not "
+                f"trusted); put the UCI CSV {COVTYPE_RAW_FILES[0]} in '{self.data_home}', or "
+                f"remove '{cache}' and download again with download=True (kernel-layers "
+                f"then keeps the arrays as {COVTYPE_ARRAYS_FILE}, which loads without pickles)"
+            )
         reason = "download is disabled (download=False)"
         if self.download:
             try:
@@ -109,10 +124,11 @@ class CovTypeDataModule(SklearnHomeDataModule):
             except Exception as err:
                 reason = failure_reason(err)
             else:
+                write_arrays(arrays, *fetched)
                 return lambda: self._split(*fetched)
         raise DatasetNotFoundError(
             f"{self._name}: no CovType data under '{self.data_home}' and {reason}. "
-            f"Expected the UCI CSV {' or '.join(COVTYPE_RAW_FILES)} in '{self.data_home}', "
-            f"or scikit-learn's cache {' and '.join(COVTYPE_SKLEARN_FILES)} in '{cache}'; "
-            f"copy them there, or run once with network and download=True."
+            f"Expected the UCI CSV {' or '.join(COVTYPE_RAW_FILES)} in '{self.data_home}' "
+            f"(or the arrays {COVTYPE_ARRAYS_FILE} a previous download kept there); copy "
+            "it there, or run once with network and download=True."
         ) from None

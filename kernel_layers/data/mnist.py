@@ -151,6 +151,15 @@ class _IDXDataModule(ArrayDataModule):
                     f"{self._name}: '{images_path}' must hold images [N, 28, 28], "
                     f"got {list(images.shape)}"
                 )
+            if len(images) == 0:
+                raise ValueError(
+                    f"{self._name}: '{images_path}' must hold at least one image, got 0"
+                )
+            if labels.dtype.kind not in "iu":
+                raise ValueError(
+                    f"{self._name}: '{labels_path}' must hold integer labels (IDX type "
+                    f"0x08 / 0x09 / 0x0b / 0x0c), got dtype {labels.dtype}"
+                )
             if labels.shape != (len(images),):
                 raise ValueError(
                     f"{self._name}: '{labels_path}' must hold {len(images)} labels to match "

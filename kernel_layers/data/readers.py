@@ -24,6 +24,7 @@ import os
 import socket
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -37,10 +38,12 @@ __all__ = [
     "DatasetNotFoundError",
     "check_network",
     "download_timeout",
+    "read_arrays",
     "read_covtype_csv",
     "read_feature_rows",
     "read_idx",
     "read_letter_csv",
+    "write_arrays",
     "write_idx",
 ]
 
@@ -97,8 +100,13 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
         ValueError: the header is not an IDX header or the payload is truncated.
     """
     path = Path(path)
-    with _open_maybe_gzip(path) as fh:
-        raw = fh.read()
+    try:
+        with _open_maybe_gzip(path) as fh:
+            raw = fh.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise ValueError(
+            f"read_idx: '{path}' is a truncated or corrupt gzip file ({err}); download it again"
+        ) from err
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(
             f"read_idx: '{path}' is not an IDX file (expected magic 0x0000TTNN, got "
@@ -153,8 +161,42 @@ def write_idx(path: str | os.PathLike[str], array: np.ndarray, *, compress: bool
 
 
 def _read_text(path: Path) -> str:
-    with _open_maybe_gzip(path) as fh:
-        return fh.read().decode("ascii", errors="strict")
+    try:
+        with _open_maybe_gzip(path) as fh:
+            data = fh.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise ValueError(
+            f"'{path}' is a truncated or corrupt gzip file ({err}); download it again"
+        ) from err
+    try:
+        return data.decode("ascii", errors="strict")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"'{path}' is not a text (ASCII CSV) file ({err})") from err
+
+
+def write_arrays(path: str | os.PathLike[str], x: np.ndarray, y: np.ndarray) -> None:
+    """Keep downloaded ``x``, ``y`` as a ``.npz`` of plain arrays (atomically)."""
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp.npz")
+    np.savez(tmp, x=np.asarray(x), y=np.asarray(y))
+    os.replace(tmp, out)
+
+
+def read_arrays(
+    path: str | os.PathLike[str], *, owner: str = "read_arrays"
+) -> tuple[np.ndarray, np.ndarray]:
+    """``x``, ``y`` from :func:`write_arrays`' file, refusing pickled objects.
+
+    Raises:
+        ValueError: the file is not such an archive (or holds objects).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return archive["x"], archive["y"]
+    except (ValueError, KeyError, OSError) as err:
+        raise ValueError(
+            f"{owner}: '{path}' must be a .npz archive of plain arrays 'x' and 'y' ({err})"
+        ) from err
 
 
 def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -176,6 +218,11 @@ def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
             table = np.loadtxt(fh, delimiter=",", dtype=np.float64, ndmin=2)
         except ValueError as err:
             raise ValueError(f"read_covtype_csv: cannot parse '{path}' as CSV: {err}") from None
+        except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+            raise ValueError(
+                f"read_covtype_csv: '{path}' is a truncated or corrupt gzip file ({err}); "
+                "download it again"
+            ) from err
     if table.shape[1] != COVTYPE_COLUMNS:
         raise ValueError(
             f"read_covtype_csv: '{path}' must have {COVTYPE_COLUMNS} comma-separated columns "

@@ -158,6 +158,8 @@ class KernelClassifier(LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.register_buffer("landmarks_initialised", torch.tensor(False))
+        #: :meth:`_feature_state` when the ridge read-out was last fitted (this process).
+        self._head_state: tuple[tuple[int, int], ...] | None = None
         # Running DI sums of the current epoch (sum of DI x rows, rows, epoch): in the
         # checkpoint, so a mid-epoch resume logs the exact epoch mean.
         self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
@@ -374,8 +376,20 @@ class KernelClassifier(LightningModule):
                 x, y = batch[0].to(self.device), batch[1].to(self.device)
                 self.head.update(self(x), y.long())
             self.head.fit()
+            self._head_state = self._feature_state()
         finally:
             self._restore_modes(modes)
+
+    def _feature_state(self) -> tuple[tuple[int, int], ...]:
+        """Identity and version of every tensor the features depend on: any in-place
+        change (an optimiser step, new landmarks, a loaded state) changes it."""
+        modules = [self.kernel_layer] + ([self.backbone] if self.backbone is not None else [])
+        return tuple(
+            (id(t), t._version)
+            for m in modules
+            for t in (*m.parameters(), *m.buffers())
+            if not t.is_inference()  # caches made under inference mode carry no version
+        )
 
     @torch.no_grad()
     def _init_landmarks(self) -> None:
@@ -491,6 +505,7 @@ class KernelClassifier(LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         if self._refits_head and not self.trainer.sanity_checking:
+            self._init_landmarks()  # validate() of a model that was never fitted
             self.refit_head()
 
     def on_fit_end(self) -> None:
@@ -498,8 +513,17 @@ class KernelClassifier(LightningModule):
             self.refit_head()
 
     def _ensure_head(self) -> None:
+        """Before test / predict: a read-out fitted on the current features.
+
+        Refitted when never fitted, or (DI objective) when the features changed since its
+        last fit in this process; a head restored from a checkpoint is trusted, as the
+        checkpoint holds the parameters it was fitted on.
+        """
         self._init_landmarks()  # an untrained baseline evaluated without fit
-        if self.readout is None and not bool(self.head.fitted):
+        if self.readout is not None:
+            return
+        stale = self._refits_head and self._head_state not in (None, self._feature_state())
+        if not bool(self.head.fitted) or stale:
             self.refit_head()
 
     def on_test_epoch_start(self) -> None:
