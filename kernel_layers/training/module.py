@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 from lightning.pytorch import LightningModule
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from kernel_layers._linalg import distance_limit
 from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
@@ -22,6 +26,7 @@ from kernel_layers.objectives import (
     merge_statistics,
 )
 from kernel_layers.training.architecture import build_module, describe_module, is_spec
+from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
@@ -160,6 +165,10 @@ class KernelClassifier(LightningModule):
         self.register_buffer("landmarks_initialised", torch.tensor(False))
         #: :meth:`_feature_state` when the ridge read-out was last fitted (this process).
         self._head_state: tuple[tuple[int, int], ...] | None = None
+        #: Why the fit stopped early on a diverging step, or ``None``.
+        self.stop_reason: str | None = None
+        #: The parameters and their values before the last optimiser step.
+        self._before_step: list[tuple[Tensor, Tensor]] | None = None
         # Running DI sums of the current epoch (sum of DI x rows, rows, epoch): in the
         # checkpoint, so a mid-epoch resume logs the exact epoch mean.
         self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
@@ -250,6 +259,30 @@ class KernelClassifier(LightningModule):
         )
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        try:
+            return self._training_step(batch, batch_idx)
+        except (RuntimeError, ValueError) as err:
+            if self._before_step is None or self._world_size > 1:
+                raise  # not after a step of ours (bad data), or other processes would hang
+            self._stop_diverged(f"the objective failed after it ({err})", batch_idx)
+            return None
+
+    def _stop_diverged(self, what: str, batch_idx: int) -> None:
+        """Restore the parameters from before the last optimiser step and stop the fit."""
+        if self._before_step is not None:
+            with torch.no_grad():
+                for param, saved in self._before_step:
+                    param.copy_(saved)
+                    param.grad = None
+        self.stop_reason = (
+            f"{type(self).__name__}: training diverged at epoch {self.current_epoch}, batch "
+            f"{batch_idx}: {what}; the parameters before the last optimiser step are kept "
+            "(is the learning rate too large?) and training stops"
+        )
+        rank_zero_warn(self.stop_reason)
+        self.trainer.should_stop = True
+
+    def _training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         x, y = batch[0], batch[1]
         h = self.embed(x)
         objective = self.hparams["objective"]
@@ -283,14 +316,13 @@ class KernelClassifier(LightningModule):
         if groups:
             self.log("lr", groups[0]["lr"], on_step=False, on_epoch=True, batch_size=len(y))
         if not bool(torch.isfinite(loss)):
-            reason = (
-                f"{type(self).__name__}: non-finite training objective ({loss.item()}) at "
-                f"epoch {self.current_epoch}, batch {batch_idx}"
-            )
+            what = f"non-finite training objective ({loss.item()})"
             if self._world_size > 1:  # skipping on one process would hang the others
-                raise FloatingPointError(reason)
-            rank_zero_warn(reason + "; stopping")
-            self.trainer.should_stop = True
+                raise FloatingPointError(
+                    f"{type(self).__name__}: {what} at epoch {self.current_epoch}, "
+                    f"batch {batch_idx}"
+                )
+            self._stop_diverged(what, batch_idx)
             return None
         return loss if loss.requires_grad else None
 
@@ -473,6 +505,65 @@ class KernelClassifier(LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if datamodule is not None:
             self.check_data_sizes(datamodule)
+        if stage == "fit" and self._trainer is not None:
+            strategy = self.trainer.strategy
+            if type(strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default
+                strategy.checkpoint_io = AtomicCheckpointIO()  # same files, atomic writes
+            self._check_checkpoint_dirs()
+
+    def _check_checkpoint_dirs(self) -> None:
+        """Fail before the first step when a ``ModelCheckpoint`` cannot write its files."""
+        for callback in self.trainer.checkpoint_callbacks:
+            dirpath = getattr(callback, "dirpath", None)
+            if not isinstance(callback, ModelCheckpoint) or not dirpath:
+                continue
+            probe = Path(dirpath) / f".kernel-layers-write-test-{os.getpid()}"
+            try:
+                Path(dirpath).mkdir(parents=True, exist_ok=True)
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as err:
+                raise PermissionError(
+                    f"{type(self).__name__}: ModelCheckpoint's dirpath '{dirpath}' must be a "
+                    f"writable directory, got {type(err).__name__}: {err.strerror or err}; "
+                    "choose another dirpath before training (no epoch is lost this way)"
+                ) from err
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Adam's step, keeping the parameters from before it until the next step succeeds.
+
+        A step that makes a parameter non-finite, or after which the objective fails or
+        is non-finite (a diverging run: too large a learning rate), is undone and the
+        fit stops with the reason (warned, and kept in :attr:`stop_reason`), so the
+        checkpoints written as it stops hold the last good parameters.
+        """
+        if self.stop_reason is not None:  # diverged: no further step (Lightning still
+            if optimizer_closure is not None:  # needs the closure to run)
+                optimizer_closure()
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        pending = [(p, p.detach().clone()) for p in params]
+        optimizer.step(closure=optimizer_closure)  # runs training_step (the closure)
+        if self.stop_reason is not None:  # training_step found the previous step diverged
+            return
+        self._before_step = pending  # what a failure at the next step goes back to
+        if torch.compiler.is_compiling() or not params or self._world_size > 1:
+            return
+        # One read: the largest parameter magnitude, NaN if any is NaN.
+        largest = float(torch.stack([p.detach().abs().amax() for p in params]).amax())
+        limit = distance_limit(params[0].dtype, getattr(self.kernel_layer, "in_features", 1))
+        if not largest <= limit:
+            self._stop_diverged(
+                f"the optimiser step made a parameter reach {largest:.3g} (beyond {limit:.3g}, "
+                "where the kernel's squared distances overflow)",
+                batch_idx,
+            )
 
     def on_train_start(self) -> None:
         self._init_landmarks()
