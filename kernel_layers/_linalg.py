@@ -11,12 +11,14 @@ from torch import Tensor
 
 __all__ = [
     "CHOLESKY_JITTER",
+    "DISTANCE_OVERFLOW",
     "HALF_DTYPES",
     "JITTER",
     "JITTER_GROWTH",
     "MAX_JITTER_TRIES",
     "SOLVE_DTYPE",
     "autocast_off",
+    "data_limit",
     "default_jitter",
     "distance_limit",
     "landmark_gram",
@@ -56,6 +58,18 @@ def distance_limit(dtype: torch.dtype, width: int) -> float:
     if not dtype.is_floating_point:  # refused by the dtype check that follows
         return math.inf
     return math.sqrt(torch.finfo(dtype).max / (4.0 * max(width, 1)))
+
+
+def data_limit(x: object) -> float:
+    """:func:`distance_limit` for a data matrix ``x (Tensor[N, D])`` (inf for non-tensors:
+    their type check reports them)."""
+    if not isinstance(x, Tensor) or x.ndim != 2:
+        return math.inf
+    return distance_limit(x.dtype, x.shape[1])
+
+
+#: What overflows beyond :func:`distance_limit` (for messages).
+DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 
 def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITTER) -> Tensor:

@@ -244,6 +244,11 @@ def check_features(
         raise TypeError(
             f"{owner}: argument '{name}' must be a torch.Tensor, got {type(x).__name__}"
         )
+    if x.is_meta:
+        raise ValueError(
+            f"{owner}: argument '{name}' must hold data, got a meta tensor of shape "
+            f"{list(x.shape)} (kernel computations need values; use a real device)"
+        )
     if not x.is_floating_point():
         raise TypeError(
             f"{owner}: argument '{name}' must be a floating-point tensor, got dtype {x.dtype}"
@@ -262,8 +267,18 @@ def check_features(
     return x
 
 
-def check_matrix(owner: str, name: str, x: object, *, width: int | None = None) -> Tensor:
+def check_matrix(
+    owner: str,
+    name: str,
+    x: object,
+    *,
+    width: int | None = None,
+    max_abs: float | None = None,
+    why: str = "",
+) -> Tensor:
     """Check a finite floating tensor of shape ``[N, width]`` (any width if ``None``).
+
+    ``max_abs`` and ``why`` are those of :func:`check_finite`.
 
     Returns:
         Tensor[N, width]: ``x`` itself.
@@ -278,7 +293,15 @@ def check_matrix(owner: str, name: str, x: object, *, width: int | None = None) 
             f"{owner}: argument '{name}' must have shape {expected}, got {list(x.shape)}"
         )
     shape_width = x.shape[-1] if isinstance(x, Tensor) else -1
-    return check_features(owner, name, x, shape_width if width is None else width, min_ndim=2)
+    return check_features(
+        owner,
+        name,
+        x,
+        shape_width if width is None else width,
+        min_ndim=2,
+        max_abs=max_abs,
+        why=why,
+    )
 
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)

@@ -20,6 +20,7 @@ from kernel_layers._linalg import (
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
+    check_choice,
     check_device,
     check_dtype,
     check_features,
@@ -241,11 +242,7 @@ class FourierLayer(nn.Module):
         self.kernel = spec.name
         self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
         self._kernel = spec.bind(self.kernel_params, owner=owner)
-        if features not in FEATURE_MAPS:
-            raise ValueError(
-                f"{owner}: argument 'features' must be one of {list(FEATURE_MAPS)}, "
-                f"got {features!r}"
-            )
+        check_choice(owner, "features", features, FEATURE_MAPS)
         if features == "cossin" and self.out_features % 2:
             raise ValueError(
                 f"{owner}: argument 'out_features' must be even for features='cossin' "
@@ -362,7 +359,7 @@ class FourierLayer(nn.Module):
             "x",
             x,
             self.in_features,
-            max_abs=distance_limit(upcast(x).dtype, self.in_features),
+            max_abs=distance_limit(upcast(self._device_reference()).dtype, self.in_features),
             why="larger ones overflow the phases x W",
         )
         check_device(owner, "x", x, self._device_reference().device)

@@ -30,8 +30,15 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 from torch import Tensor
 
+from kernel_layers._linalg import DISTANCE_OVERFLOW, data_limit
 from kernel_layers._random import make_generator
-from kernel_layers._validation import check_int, check_matrix, check_nonnegative, check_positive
+from kernel_layers._validation import (
+    check_choice,
+    check_int,
+    check_matrix,
+    check_nonnegative,
+    check_positive,
+)
 from kernel_layers.kernels import Kernel, get_kernel, squared_distances
 
 __all__ = [
@@ -135,7 +142,7 @@ def kmeans_plus_plus(
         Tensor[k]: distinct ``int64`` row indices on ``x``'s device, in order of choice.
     """
     owner = "kmeans_plus_plus"
-    check_matrix(owner, "x", x)
+    check_matrix(owner, "x", x, max_abs=data_limit(x), why=DISTANCE_OVERFLOW)
     k = _check_count(owner, "k", k, x.shape[0])
     gen = make_generator(seed, generator, owner=owner)
     return _kmeans_plus_plus(_work(x), k, gen)
@@ -215,14 +222,11 @@ def kmeans(
         label of each row (its nearest centre).
     """
     owner = "kmeans"
-    check_matrix(owner, "x", x)
+    check_matrix(owner, "x", x, max_abs=data_limit(x), why=DISTANCE_OVERFLOW)
     k = _check_count(owner, "k", k, x.shape[0])
     iters = check_int(owner, "iters", iters)
     tol = check_nonnegative(owner, "tol", tol)
-    if init not in KMEANS_INITS:
-        raise ValueError(
-            f"{owner}: argument 'init' must be one of {list(KMEANS_INITS)}, got {init!r}"
-        )
+    check_choice(owner, "init", init, KMEANS_INITS)
     gen = make_generator(seed, generator, owner=owner)
     with torch.no_grad():
         data = _work(x)
@@ -409,7 +413,7 @@ def greedy_landmarks(
         max_landmarks = check_int(owner, "max_landmarks", max_landmarks)
     batch_size = check_int(owner, "batch_size", batch_size)
     if isinstance(data, Tensor):
-        check_matrix(owner, "data", data)
+        check_matrix(owner, "data", data, max_abs=data_limit(data), why=DISTANCE_OVERFLOW)
     elif not isinstance(data, Iterable):
         raise TypeError(
             f"{owner}: argument 'data' must be a torch.Tensor or an iterable of batches, "
@@ -422,7 +426,9 @@ def greedy_landmarks(
     width = dtype = device = None
     with torch.no_grad():
         for batch in _batches(data, batch_size):
-            check_matrix(owner, "data", batch, width=width)
+            check_matrix(
+                owner, "data", batch, width=width, max_abs=data_limit(batch), why=DISTANCE_OVERFLOW
+            )
             if state is None:
                 width, dtype, device = batch.shape[1], batch.dtype, batch.device
                 capacity = max_landmarks or DEFAULT_GREEDY_BATCH

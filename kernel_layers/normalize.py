@@ -19,7 +19,6 @@ then normalise, for the normalised centred kernel).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
@@ -65,7 +64,19 @@ def normalize_features(features: Tensor, *, eps: float = NORM_EPS) -> Tensor:
         Tensor[..., J]: rows of norm 1 (0 for rows of norm below ``eps``); their inner
         products are the normalised kernel ``k(x, y) / sqrt(k(x, x) k(y, y))``.
     """
-    return F.normalize(features, dim=-1, eps=eps)
+    # Scaled by each row's largest magnitude first, so huge rows do not overflow the norm.
+    largest = features.detach().abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(largest > 0, largest, torch.ones_like(largest))
+    scaled = features / scale
+    return scaled / torch.maximum(scaled.norm(dim=-1, keepdim=True), eps / scale)
+
+
+def _centre_limit(features: object) -> float:
+    """The largest magnitude whose mean and centred values stay finite in its dtype."""
+    if not isinstance(features, Tensor) or not features.is_floating_point():
+        return float("inf")
+    rows = features.numel() // max(features.shape[-1], 1) if features.ndim else 1
+    return torch.finfo(features.dtype).max / (2.0 * max(rows, 1))
 
 
 class FeatureCentering(nn.Module):
@@ -149,7 +160,14 @@ class FeatureCentering(nn.Module):
     def forward(self, features: Tensor) -> Tensor:
         """Centre ``features (Tensor[..., J])`` with the stored mean."""
         owner = type(self).__name__
-        check_features(owner, "features", features, self.num_features)
+        check_features(
+            owner,
+            "features",
+            features,
+            self.num_features,
+            max_abs=_centre_limit(features),
+            why="larger ones overflow the mean or the centred values",
+        )
         if self.momentum is not None and self.training:
             self._moving_average(features)
         if not self.fitted:

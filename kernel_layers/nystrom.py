@@ -10,7 +10,9 @@ import torch
 from torch import Tensor, nn
 
 from kernel_layers._linalg import (
+    DISTANCE_OVERFLOW,
     autocast_off,
+    data_limit,
     default_jitter,
     distance_limit,
     landmark_gram,
@@ -19,6 +21,7 @@ from kernel_layers._linalg import (
 )
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
+    check_choice,
     check_device,
     check_dtype,
     check_features,
@@ -162,7 +165,14 @@ class NystromLayer(nn.Module):
             z = torch.rand(self.out_features, self.in_features, generator=gen, dtype=torch.float64)
             z = z.to(dtype=dtype or torch.get_default_dtype(), device=device)
         else:
-            check_matrix(owner, "landmarks", landmarks, width=self.in_features)
+            check_matrix(
+                owner,
+                "landmarks",
+                landmarks,
+                width=self.in_features,
+                max_abs=data_limit(landmarks),
+                why=DISTANCE_OVERFLOW,
+            )
             if landmarks.shape[0] != self.out_features:
                 raise ValueError(
                     f"{owner}: argument 'landmarks' must have out_features={self.out_features} "
@@ -226,10 +236,9 @@ class NystromLayer(nn.Module):
                 accepted by the greedy rule.
         """
         owner = f"{cls.__name__}.from_data"
-        check_matrix(owner, "x", x)
+        check_matrix(owner, "x", x, max_abs=data_limit(x), why=DISTANCE_OVERFLOW)
         out_features = check_int(owner, "out_features", out_features)
-        if init not in INITS:
-            raise ValueError(f"{owner}: argument 'init' must be one of {list(INITS)}, got {init!r}")
+        check_choice(owner, "init", init, INITS)
         if out_features > x.shape[0]:
             raise ValueError(
                 f"{owner}: argument 'out_features' must be <= the number of rows of x "

@@ -34,8 +34,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from kernel_layers._linalg import (
+    DISTANCE_OVERFLOW,
     SOLVE_DTYPE,
     autocast_off,
+    data_limit,
     default_jitter,
     landmark_gram,
     refuse_double_backward,
@@ -43,6 +45,7 @@ from kernel_layers._linalg import (
     upcast,
 )
 from kernel_layers._validation import (
+    check_choice,
     check_dtype,
     check_finite,
     check_int,
@@ -65,6 +68,8 @@ __all__ = [
 
 #: The paper's ridge parameter.
 DEFAULT_RHO = 1e-4
+#: Forms of the DI computation: ``"auto"``, ``"primal"`` (``J x J``), ``"dual"`` (``B x B``).
+FORMS = ("auto", "primal", "dual")
 
 
 def encode_targets(
@@ -388,6 +393,17 @@ def _global_num_classes(targets: Tensor, num_classes: int | None, sync: _Sync | 
     return int(top.item()) + 1
 
 
+#: What overflows beyond :func:`_sum_limit` (for messages).
+SUM_OVERFLOW = "larger ones overflow the batch's sums"
+
+
+def _sum_limit(features: object) -> float:
+    """The largest feature magnitude whose batch sums stay finite in its dtype."""
+    if not isinstance(features, Tensor) or features.ndim != 2 or not features.is_floating_point():
+        return float("inf")
+    return torch.finfo(features.dtype).max / (2.0 * max(features.shape[0], 1))
+
+
 def _check_rho(owner: str, rho: float) -> float:
     return check_positive(owner, "rho", rho)
 
@@ -434,12 +450,9 @@ def discriminant_information(
         Tensor[]: DI, in the features' dtype.
     """
     owner = "discriminant_information"
-    check_matrix(owner, "features", features)
+    check_matrix(owner, "features", features, max_abs=_sum_limit(features), why=SUM_OVERFLOW)
     rho = _check_rho(owner, rho)
-    if form not in ("auto", "primal", "dual"):
-        raise ValueError(
-            f"{owner}: argument 'form' must be one of ['auto', 'primal', 'dual'], got {form!r}"
-        )
+    check_choice(owner, "form", form, FORMS)
     batch, width = features.shape
     if batch < 2:
         raise ValueError(f"{owner}: argument 'features' must have at least 2 rows, got {batch}")
@@ -501,8 +514,12 @@ def nystrom_discriminant_information(
         Tensor[]: NysDI, in ``x``'s dtype.
     """
     owner = "nystrom_discriminant_information"
-    check_matrix(owner, "landmarks", landmarks)
-    check_matrix(owner, "x", x, width=landmarks.shape[1])
+    check_matrix(
+        owner, "landmarks", landmarks, max_abs=data_limit(landmarks), why=DISTANCE_OVERFLOW
+    )
+    check_matrix(
+        owner, "x", x, width=landmarks.shape[1], max_abs=data_limit(x), why=DISTANCE_OVERFLOW
+    )
     rho = _check_rho(owner, rho)
     gamma = check_positive(owner, "gamma", gamma)
     spec = get_kernel(kernel, owner=owner)
@@ -593,10 +610,7 @@ class DILoss(nn.Module):
         self.num_classes = (
             None if num_classes is None else check_int("DILoss", "num_classes", num_classes)
         )
-        if form not in ("auto", "primal", "dual"):
-            raise ValueError(
-                f"DILoss: argument 'form' must be one of ['auto', 'primal', 'dual'], got {form!r}"
-            )
+        check_choice("DILoss", "form", form, FORMS)
         self.form = form
 
     def forward(self, features: Tensor, targets: Tensor) -> Tensor:

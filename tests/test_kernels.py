@@ -349,7 +349,13 @@ def test_unknown_kernel_message_lists_the_options() -> None:
     with pytest.raises(
         ValueError,
         match=r"must be one of \['cauchy', 'gaussian', 'laplacian', 'skewed_chi2', "
-        r"'skewed_intersection'\], got 3",
+        r"'skewed_intersection'\], got 'rbf'",
+    ):
+        get_kernel("rbf", spectral=True)
+    with pytest.raises(
+        TypeError,
+        match=r"argument 'kernel' must be a kernel name, a Kernel or a callable "
+        r"k\(X, Z\) -> Tensor\[B, n\], got int",
     ):
         get_kernel(3, spectral=True)  # type: ignore[arg-type]
 

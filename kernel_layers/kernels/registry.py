@@ -290,7 +290,10 @@ def get_kernel(
     elif callable(name):
         kernel = kernel_from_callable(name)
     else:
-        kernel = None
+        raise TypeError(
+            f"{owner}: argument 'kernel' must be a kernel name, a Kernel or a callable "
+            f"k(X, Z) -> Tensor[B, n], got {type(name).__name__}"
+        )
     if kernel is None:
         options = (
             f"{available_kernels(spectral=True)}"

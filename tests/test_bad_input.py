@@ -1,0 +1,439 @@
+"""A standing table of bad inputs against every public constructor and function.
+
+Each case calls one entry point with one argument replaced by a bad value (wrong type,
+shape, dtype, empty, NaN/Inf, huge, tiny, wrong device) and expects either a clear error
+(the right exception type, naming the argument) or a correct, finite result. The table
+is generated from a few lists per argument kind, so a new entry point gets the whole
+battery by adding one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
+
+from kernel_layers import (
+    DILoss,
+    EnsembleNystrom,
+    FeatureCentering,
+    FeatureNormalization,
+    FourierLayer,
+    KernelClassifier,
+    NystromLayer,
+    RidgeHead,
+    SmallCNN,
+    discriminant_information,
+    gamma_heuristic,
+    greedy_landmarks,
+    kmeans,
+    kmeans_plus_plus,
+    least_squares_loss,
+    nystrom_discriminant_information,
+    random_landmarks,
+    select_gamma,
+)
+from kernel_layers.data import DigitsDataModule, TensorDataModule
+
+GEN = torch.Generator().manual_seed(0)
+X = torch.rand(40, 4, generator=GEN)  # a valid [N, D] input, D = 4
+Y = torch.arange(40) % 3  # valid labels, 3 classes
+Z = torch.rand(6, 4, generator=GEN)  # valid landmarks
+NAN = float("nan")
+INF = float("inf")
+
+
+@dataclass
+class Entry:
+    """One entry point: a call with valid keyword arguments to perturb one at a time."""
+
+    name: str
+    call: Callable[..., Any]
+    valid: dict[str, Any]
+    #: argument name -> the kinds of bad values to try
+    kinds: dict[str, list[str]] = field(default_factory=dict)
+    #: values that are valid although a kind lists them: argument -> [(value, check)]
+    fine: dict[str, list[tuple[Any, Callable[[Any], bool]]]] = field(default_factory=dict)
+
+
+def _tensor_values(width: int = 4, rows: int = 40) -> list[tuple[str, Any, type]]:
+    return [
+        ("list", [[0.0] * width] * rows, TypeError),
+        ("numpy", np.zeros((rows, width)), TypeError),
+        ("int dtype", torch.zeros(rows, width, dtype=torch.long), TypeError),
+        ("1-D", torch.zeros(rows), ValueError),
+        ("NaN", torch.full((rows, width), NAN), ValueError),
+        ("Inf", torch.full((rows, width), INF), ValueError),
+        ("huge", torch.full((rows, width), 3e38), ValueError),
+        ("meta", torch.zeros(rows, width, device="meta"), ValueError),
+        ("complex", torch.zeros(rows, width, dtype=torch.complex64), TypeError),
+    ]
+
+
+#: kind -> [(label, value, expected exception or None for "valid")]
+KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
+    "int>=1": [
+        ("str", "3", TypeError),
+        ("float", 2.5, TypeError),
+        ("bool", True, TypeError),
+        ("None", None, TypeError),
+        ("zero", 0, ValueError),
+        ("negative", -1, ValueError),
+        ("nan", NAN, TypeError),
+    ],
+    "int>=0": [
+        ("str", "3", TypeError),
+        ("float", 2.5, TypeError),
+        ("bool", True, TypeError),
+        ("negative", -1, ValueError),
+    ],
+    "positive": [
+        ("str", "1", TypeError),
+        ("None", None, TypeError),
+        ("bool", True, TypeError),
+        ("zero", 0.0, ValueError),
+        ("negative", -1.0, ValueError),
+        ("nan", NAN, ValueError),
+        ("inf", INF, ValueError),
+        ("complex", 1j, TypeError),
+    ],
+    "bool": [("int", 1, TypeError), ("str", "yes", TypeError), ("None", None, TypeError)],
+    "choice": [("unknown", "bogus", ValueError), ("int", 3, TypeError)],
+    "seed": [
+        ("float", 1.5, TypeError),
+        ("str", "1", TypeError),
+        ("bool", True, TypeError),
+        ("negative", -2, ValueError),
+    ],
+    # any width is fine ("data"), or the width is fixed by the layer ("input")
+    "data": _tensor_values(),
+    "input": [*_tensor_values(), ("wrong width", torch.rand(40, 5), ValueError)],
+    "labels": [
+        ("float", torch.rand(40), ValueError),
+        ("2-D wrong rows", torch.zeros(39, 3), ValueError),
+        ("negative", torch.full((40,), -1), ValueError),
+        ("list", list(range(40)), TypeError),
+    ],
+    "kernel_params": [
+        ("list", [1.0], TypeError),
+        ("unknown key", {"bogus": 1.0}, ValueError),
+    ],
+}
+
+
+def _layer_input_entry(name: str, layer: torch.nn.Module, argument: str = "x") -> Entry:
+    def forward(**kwargs: Any) -> Any:
+        return layer(kwargs[argument])
+
+    return Entry(f"{name}.forward", forward, {argument: X}, {argument: ["input"]})
+
+
+ENTRIES: list[Entry] = [
+    Entry(
+        "FourierLayer",
+        FourierLayer,
+        {"in_features": 4, "out_features": 8},
+        {
+            "in_features": ["int>=1"],
+            "out_features": ["int>=1"],
+            "gamma": ["positive"],
+            "kernel": ["choice"],
+            "features": ["choice"],
+            "ard": ["bool"],
+            "seed": ["seed"],
+            "kernel_params": ["kernel_params"],
+        },
+    ),
+    Entry(
+        "NystromLayer",
+        NystromLayer,
+        {"in_features": 4, "out_features": 6},
+        {
+            "in_features": ["int>=1"],
+            "out_features": ["int>=1"],
+            "gamma": ["positive"],
+            "kernel": ["choice"],
+            "jitter": ["positive"],
+            "seed": ["seed"],
+            "kernel_params": ["kernel_params"],
+            "landmarks": ["input"],
+        },
+    ),
+    Entry(
+        "NystromLayer.from_data",
+        NystromLayer.from_data,
+        {"x": X, "out_features": 5},
+        {"x": ["data"], "out_features": ["int>=1"], "init": ["choice"], "seed": ["seed"]},
+    ),
+    Entry(
+        "EnsembleNystrom",
+        EnsembleNystrom,
+        {"in_features": 4, "out_features": 8, "num_maps": 2},
+        {"in_features": ["int>=1"], "gamma": ["positive"], "seed": ["seed"]},
+    ),
+    Entry(
+        "FeatureCentering",
+        FeatureCentering,
+        {"num_features": 4},
+        {"num_features": ["int>=1"], "momentum": ["positive"]},
+    ),
+    Entry("FeatureNormalization", FeatureNormalization, {}, {"eps": ["positive"]}),
+    Entry(
+        "RidgeHead",
+        RidgeHead,
+        {"in_features": 4, "num_outputs": 3},
+        {"in_features": ["int>=1"], "num_outputs": ["int>=1"], "rho": ["positive"]},
+    ),
+    Entry(
+        "SmallCNN",
+        SmallCNN,
+        {"in_channels": 1, "out_features": 8},
+        {"in_channels": ["int>=1"], "out_features": ["int>=1"], "width": ["int>=1"]},
+    ),
+    Entry(
+        "discriminant_information",
+        discriminant_information,
+        {"features": X, "targets": Y},
+        {"features": ["data"], "targets": ["labels"], "rho": ["positive"], "form": ["choice"]},
+    ),
+    Entry(
+        "nystrom_discriminant_information",
+        nystrom_discriminant_information,
+        {"x": X, "targets": Y, "landmarks": Z, "gamma": 0.5},
+        {
+            "x": ["data"],
+            "targets": ["labels"],
+            "gamma": ["positive"],
+            "rho": ["positive"],
+            "jitter": ["positive"],
+        },
+    ),
+    Entry(
+        "least_squares_loss",
+        least_squares_loss,
+        {"features": X, "targets": Y, "weight": torch.zeros(4, 3)},
+        {"features": ["data"], "rho": ["positive"]},
+    ),
+    Entry(
+        "DILoss",
+        DILoss,
+        {"num_classes": 3},
+        {"num_classes": ["int>=1"], "rho": ["positive"]},
+    ),
+    Entry(
+        "KernelClassifier",
+        KernelClassifier,
+        {"kernel_layer": NystromLayer(4, 6), "num_classes": 3},
+        {
+            "num_classes": ["int>=1"],
+            "objective": ["choice"],
+            "rho": ["positive"],
+            "lr": ["positive"],
+            "head_rho": ["positive"],
+            "backbone_lr": ["positive"],
+            "init_landmarks": ["bool"],
+            "return_scores": ["bool"],
+        },
+    ),
+    Entry(
+        "random_landmarks",
+        random_landmarks,
+        {"x": X, "k": 5},
+        {"x": ["data"], "k": ["int>=1"], "seed": ["seed"]},
+    ),
+    Entry(
+        "kmeans_plus_plus",
+        kmeans_plus_plus,
+        {"x": X, "k": 5},
+        {"x": ["data"], "k": ["int>=1"], "seed": ["seed"]},
+    ),
+    Entry(
+        "kmeans",
+        kmeans,
+        {"x": X, "k": 5},
+        {"x": ["data"], "k": ["int>=1"], "iters": ["int>=1"], "init": ["choice"]},
+    ),
+    Entry(
+        "greedy_landmarks",
+        greedy_landmarks,
+        {"data": X},
+        {"gamma": ["positive"], "eta": ["positive"], "batch_size": ["int>=1"]},
+    ),
+    Entry("gamma_heuristic", gamma_heuristic, {"x": X}, {}),
+    Entry(
+        "select_gamma",
+        select_gamma,
+        {"x": X, "y": Y, "num_landmarks": 5, "classifier": "ridge"},
+        {"num_landmarks": ["int>=1"], "folds": ["int>=1"], "seed": ["int>=0"]},
+    ),
+    Entry(
+        "TensorDataModule",
+        TensorDataModule,
+        {"x_train": X, "y_train": Y, "x_test": X, "y_test": Y},
+        {
+            "batch_size": ["int>=1"],
+            "num_workers": ["int>=0"],
+            "seed": ["int>=0"],
+            "scaling": ["choice"],
+            "clip": ["bool"],
+            "shuffle": ["bool"],
+            "drop_last": ["bool"],
+            "pin_memory": ["bool"],
+        },
+    ),
+    Entry(
+        "DigitsDataModule",
+        DigitsDataModule,
+        {},
+        {"batch_size": ["int>=1"], "num_features": ["int>=1"], "flatten": ["bool"]},
+    ),
+    Entry(
+        "PlateauDecay",
+        PlateauDecay,
+        {},
+        {
+            "mode": ["choice"],
+            "patience": ["int>=1"],
+            "cooldown": ["int>=0"],
+            "threshold_mode": ["choice"],
+            "strict": ["bool"],
+            "verbose": ["bool"],
+        },
+    ),
+    Entry(
+        "DISaturationStopping",
+        DISaturationStopping,
+        {},
+        {
+            "mode": ["choice"],
+            "patience": ["int>=1"],
+            "min_decays": ["int>=0"],
+            "check_finite": ["bool"],
+            "strict": ["bool"],
+        },
+    ),
+    _layer_input_entry("FourierLayer", FourierLayer(4, 8, seed=0)),
+    _layer_input_entry("NystromLayer", NystromLayer(4, 6, seed=0)),
+    _layer_input_entry("NystromLayer(rank=3)", NystromLayer(4, 6, seed=0, rank=3)),
+    _layer_input_entry("EnsembleNystrom", EnsembleNystrom(4, 8, num_maps=2, seed=0)),
+    _layer_input_entry("FeatureCentering", FeatureCentering(4), "features"),
+    _layer_input_entry("FeatureNormalization", FeatureNormalization(), "features"),
+]
+
+#: Values a kind lists that are in fact valid for one argument (with a check).
+ALLOWED: dict[tuple[str, str, str], Callable[[Any], bool]] = {
+    # None means "not given" for optional arguments
+    ("NystromLayer", "jitter", "None"): lambda layer: layer.jitter > 0,
+    ("FeatureCentering", "momentum", "None"): lambda module: module.momentum is None,
+    ("KernelClassifier", "backbone_lr", "None"): lambda model: model.hparams["backbone_lr"] is None,
+    ("nystrom_discriminant_information", "jitter", "None"): lambda di: bool(torch.isfinite(di)),
+    ("TensorDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,
+    ("DigitsDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,
+    ("DigitsDataModule", "num_features", "None"): lambda dm: dm.num_features is None,
+    ("DILoss", "num_classes", "None"): lambda loss: loss.num_classes is None,
+    # huge features with a zero read-out: the loss is ||Y||^2-sized and exact
+    ("least_squares_loss", "features", "huge"): lambda loss: bool(torch.isfinite(loss)),
+    # selecting rows computes nothing from their values
+    ("random_landmarks", "x", "huge"): lambda index: index.shape == (5,),
+    # any width and rank are rows to normalise; huge rows come out of unit norm
+    ("FeatureNormalization.forward", "features", "1-D"): lambda out: out.shape == (40,),
+    ("FeatureNormalization.forward", "features", "wrong width"): lambda out: torch.allclose(
+        out.norm(dim=-1), torch.ones(40)
+    ),
+    ("FeatureNormalization.forward", "features", "huge"): lambda out: torch.allclose(
+        out, torch.full((40, 4), 0.5)
+    ),
+}
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for entry in ENTRIES:
+        for argument, kinds in entry.kinds.items():
+            for kind in kinds:
+                for label, value, error in KINDS[kind]:
+                    key = (entry.name, argument, label)
+                    allowed = ALLOWED.get(key)
+                    cases.append(
+                        pytest.param(
+                            entry,
+                            argument,
+                            value,
+                            None if allowed else error,
+                            allowed,
+                            id=f"{entry.name}-{argument}-{label}",
+                        )
+                    )
+    return cases
+
+
+CASES = _cases()
+
+
+def test_the_table_has_at_least_300_cases() -> None:
+    assert len(CASES) >= 300, len(CASES)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(("entry", "argument", "value", "error", "check"), CASES)
+def test_bad_input(
+    entry: Entry,
+    argument: str,
+    value: Any,
+    error: type[Exception] | None,
+    check: Callable[[Any], bool] | None,
+) -> None:
+    kwargs = {**entry.valid, argument: value}
+    if error is None:
+        result = entry.call(**kwargs)
+        assert check is not None and check(result)
+        return
+    with pytest.raises(error) as info:
+        entry.call(**kwargs)
+    message = str(info.value)
+    assert f"'{argument}'" in message or f"'{argument}." in message, message
+
+
+# ---------------------------------------------------------------- correct results
+@pytest.mark.parametrize(
+    ("call", "check"),
+    [
+        # tiny and huge but representable values give finite, correct results
+        (lambda: FourierLayer(4, 8, gamma=1e-30, seed=0)(X), lambda out: torch.isfinite(out).all()),
+        (lambda: NystromLayer(4, 6, gamma=1e-30, seed=0)(X), lambda out: torch.isfinite(out).all()),
+        (lambda: NystromLayer(4, 6, gamma=1e30, seed=0)(X), lambda out: torch.isfinite(out).all()),
+        (lambda: discriminant_information(X, Y, rho=1e-30), lambda di: 0 <= float(di) <= 2 + 1e-4),
+        (lambda: discriminant_information(X, Y, rho=1e30), lambda di: 0 <= float(di) < 1e-20),
+        (lambda: discriminant_information(X * 1e-20, Y), lambda di: float(di) < 1e-6),
+        (lambda: FourierLayer(4, 8, seed=0)(X[:0]), lambda out: out.shape == (0, 8)),
+        (
+            lambda: NystromLayer(4, 6, seed=0)(X.double().float()[:1]),
+            lambda out: out.shape == (1, 6),
+        ),
+        (lambda: FourierLayer(4, 8, seed=0)(X.half()), lambda out: out.dtype == torch.float32),
+        (lambda: FourierLayer(4, 8, seed=0)(X.T.contiguous().T), lambda out: out.shape == (40, 8)),
+    ],
+)
+def test_edge_values_give_correct_results(
+    call: Callable[[], Any], check: Callable[[Any], bool]
+) -> None:
+    assert check(call())
+
+
+def test_every_case_names_a_real_argument() -> None:
+    """The table's argument names exist in the signatures (no typo hides a case)."""
+    import inspect
+
+    for entry in ENTRIES:
+        if entry.name.endswith(".forward"):
+            continue
+        target = entry.call
+        params = set(inspect.signature(target).parameters)
+        if "kwargs" in params:  # data modules pass options on to ArrayDataModule
+            params |= set(inspect.signature(DigitsDataModule).parameters)
+        assert set(entry.kinds) <= params, (entry.name, set(entry.kinds) - params)
