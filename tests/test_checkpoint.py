@@ -204,3 +204,46 @@ def test_checkpoint_cannot_import_arbitrary_classes(tmp_path: Path) -> None:
     torch.save(checkpoint, path)
     with pytest.raises(ValueError, match=r"must name an nn.Module class, got 'torch.nn.f"):
         KernelClassifier.load_from_checkpoint(path)
+
+
+def test_backbone_from_a_cli_config_is_rebuilt_from_that_config(tmp_path: Path) -> None:
+    """LightningCLI builds modules from class_path / init_args; the checkpoint keeps them,
+    so a backbone without get_config() (here torch.nn.Linear) is rebuilt too."""
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters_context
+
+    backbone = {
+        "class_path": "torch.nn.Linear",
+        "init_args": {"in_features": D, "out_features": 16},
+    }
+    import inspect
+
+    defaults = {  # the CLI's configuration holds every argument, defaults included
+        name: p.default
+        for name, p in inspect.signature(KernelClassifier).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    config = {
+        **defaults,
+        "kernel_layer": {
+            "class_path": "kernel_layers.NystromLayer",
+            "init_args": {"in_features": 16, "out_features": 12, "gamma": 0.5},
+        },
+        "backbone": backbone,
+        "num_classes": CLASSES,
+    }
+    torch.manual_seed(0)
+    with _given_hyperparameters_context(
+        hparams=dict(config), instantiator="lightning.pytorch.cli.instantiate_module"
+    ):  # as LightningCLI instantiates the model
+        model = KernelClassifier(
+            NystromLayer(16, 12, gamma=0.5), backbone=nn.Linear(D, 16), num_classes=CLASSES
+        )
+    assert model.hparams["backbone"] == backbone
+    dm = _data()
+    path = tmp_path / "cli.ckpt"
+    _fit_and_save(model, path, dm)
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert isinstance(loaded.backbone, nn.Linear) and loaded.backbone.out_features == 16
+    dm.setup()
+    x = dm.test_dataset.tensors[0]
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
