@@ -56,6 +56,7 @@ RECIPES_PACKAGE = "kernel_layers.recipes"
 #: Commands of ``kernel-layers`` besides LightningCLI's, shown in ``--help``.
 EXTRA_COMMANDS = """other commands:
   kernel-layers recipes             list the shipped recipes (use one as --config NAME)
+  kernel-layers plot RUN_DIR        draw a run's curves (and landmarks / bandwidths)
   kernel-layers select-gamma ...    the paper's gamma search (3-fold CV, Nystrom + linear SVM)
 
 --ckpt_path: a checkpoint whose saved hyper-parameters differ from the configuration is an
@@ -383,6 +384,37 @@ def _select_gamma(argv: list[str]) -> int:
     return 0
 
 
+def _plot_command(argv: list[str]) -> int:
+    """``kernel-layers plot RUN_DIR [--ckpt PATH]``: the run's pictures as PNG files."""
+    from kernel_layers.training.plots import draw_model, plot_curves
+
+    parser = argparse.ArgumentParser(
+        prog="kernel-layers plot",
+        description="Draw a run's epoch DI, learning rate and validation accuracy "
+        "(curves.png), and with --ckpt its landmarks as images (landmarks.png) or its "
+        "learned bandwidths (bandwidths.png).",
+    )
+    parser.add_argument("run_dir", help="a CSVLogger version folder holding metrics.csv")
+    parser.add_argument("--ckpt", default=None, help="a checkpoint of the run")
+    parser.add_argument("--image-shape", default=None, help="H,W of image inputs (e.g. 28,28)")
+    parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR)")
+    args = parser.parse_args(argv)
+    out = Path(args.out or args.run_dir)
+    try:
+        written = [plot_curves(args.run_dir, out)]
+    except ValueError as err:
+        parser.error(str(err))
+    if args.ckpt is not None:
+        model = KernelClassifier.load_from_checkpoint(args.ckpt, map_location="cpu")
+        shape = None
+        if args.image_shape:
+            shape = tuple(int(v) for v in args.image_shape.split(","))
+        written += draw_model(model, out, shape, None)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``kernel-layers`` console script.
 
@@ -394,6 +426,8 @@ def main(args: list[str] | None = None) -> None:
         raise SystemExit(_select_gamma(argv[1:]))
     if argv[:1] == ["recipes"]:
         raise SystemExit(_recipes_command(argv[1:]))
+    if argv[:1] == ["plot"]:
+        raise SystemExit(_plot_command(argv[1:]))
     try:
         argv = resolve_config_args(argv)
         check_j_set_once(argv)
