@@ -191,6 +191,12 @@ class FourierLayer(nn.Module):
         blocks: with ``ard``, one bandwidth per block: block sizes summing to
             ``in_features`` (``[2, 3]``) or index groups partitioning
             ``range(in_features)`` (``[[0, 3], [1, 2, 4]]``). ``None``: one per dimension.
+        separable: with ``blocks``, give each block (channel) its own random Fourier map:
+            the features split into ``len(blocks)`` contiguous groups
+            (:attr:`feature_blocks`) whose frequencies act on their block's dimensions
+            only, so the kernel is the sum of per-channel kernels with per-channel learned
+            bandwidths (multiple kernel learning, Fourier kernel learning Sec. 3.4). With
+            ``KernelClassifier(..., group_lasso=lam)`` the read-out drops whole channels.
         trainable_frequencies: whether the frequencies train: ``W`` itself without
             ``ard``, ``base_frequencies`` with it. ``None`` (default) means ``trainable``
             without ``ard`` and ``False`` with it.
@@ -214,6 +220,7 @@ class FourierLayer(nn.Module):
     """
 
     block_index: Tensor | None
+    block_mask: Tensor | None
 
     def __init__(
         self,
@@ -226,6 +233,7 @@ class FourierLayer(nn.Module):
         trainable: bool = True,
         ard: bool = False,
         blocks: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        separable: bool = False,
         trainable_frequencies: bool | None = None,
         features: str = "cos",
         seed: int | None = None,
@@ -257,6 +265,18 @@ class FourierLayer(nn.Module):
                 f"per block needs ard=True), got {blocks!r}"
             )
         self.blocks = None if blocks is None else _check_blocks(owner, blocks, self.in_features)
+        self.separable = check_bool(owner, "separable", separable)
+        if separable and (self.blocks is None or features != "cos"):
+            raise ValueError(
+                f"{owner}: argument 'separable' must be False unless blocks are given with "
+                f"ard=True and features='cos' (one map per block), got separable=True with "
+                f"blocks={blocks!r}, features={features!r}"
+            )
+        if separable and self.out_features < len(self.blocks or ()):
+            raise ValueError(
+                f"{owner}: argument 'out_features' must be at least the number of blocks "
+                f"({len(self.blocks or ())}) with separable=True, got {self.out_features}"
+            )
         if trainable_frequencies is None:
             trainable_frequencies = self.trainable and not ard
         check_bool(owner, "trainable_frequencies", trainable_frequencies)
@@ -301,6 +321,14 @@ class FourierLayer(nn.Module):
                     index[list(group)] = k
                 index = index.to(device)
             self.register_buffer("block_index", index, persistent=False)
+            mask = None
+            if self.separable and index is not None:  # block k's dims -> block k's features
+                owner_of = torch.repeat_interleave(
+                    torch.arange(len(self.feature_blocks)),
+                    torch.tensor([len(r) for r in self.feature_blocks]),
+                ).to(device)
+                mask = (index[:, None] == owner_of[None, :]).to(dtype)
+            self.register_buffer("block_mask", mask, persistent=False)
         else:
             self.register_parameter(
                 "frequencies",
@@ -327,8 +355,20 @@ class FourierLayer(nn.Module):
             assert frequencies is not None
             return frequencies
         if "log_bandwidth" in params:
-            return self.input_bandwidth[:, None] * self.base_frequencies
+            scaled = self.input_bandwidth[:, None] * self.base_frequencies
+            return scaled if self.block_mask is None else scaled * self.block_mask
         raise AttributeError("frequencies")
+
+    @property
+    def feature_blocks(self) -> list[range]:
+        """With ``separable=True``, the features of each block (contiguous ranges, in
+        block order: the channels of multiple kernel learning); else one range of all."""
+        if not self.separable or self.blocks is None:
+            return [range(self.out_features)]
+        count, extra = divmod(self.out_features, len(self.blocks))
+        sizes = [count + (k < extra) for k in range(len(self.blocks))]
+        bounds = [0, *itertools.accumulate(sizes)]
+        return [range(a, b) for a, b in itertools.pairwise(bounds)]
 
     @property
     def bandwidth(self) -> Tensor:
@@ -419,6 +459,7 @@ class FourierLayer(nn.Module):
             "trainable": self.trainable,
             "ard": self.ard,
             "blocks": None if self.blocks is None else [list(b) for b in self.blocks],
+            "separable": self.separable,
             "trainable_frequencies": self.trainable_frequencies,
             "features": self.features,
         }
@@ -437,6 +478,8 @@ class FourierLayer(nn.Module):
             text += f", ard=True, trainable_frequencies={self.trainable_frequencies}"
             if self.blocks is not None:
                 text += f", blocks={[list(b) for b in self.blocks]}"
+            if self.separable:
+                text += ", separable=True"
         if self.features != "cos":
             text += f", features={self.features!r}"
         return text

@@ -16,7 +16,13 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from kernel_layers._linalg import distance_limit
-from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
+from kernel_layers._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DEFAULT_RHO,
@@ -96,6 +102,13 @@ class KernelClassifier(LightningModule):
             predicting a model that was never fitted (the paper's protocol, also for the
             untrained standard-Nystrom baseline); skipped once done, e.g. when resuming.
         return_scores: ``predict_step`` returns ``(classes, scores)`` instead of classes.
+        group_lasso: ``lam >= 0``; with ``lam > 0`` (objectives ``"ce"`` and ``"ls"``)
+            multiple kernel learning: the linear read-out is trained by gradient with the
+            group-lasso penalty ``lam * sum_k ||W_k||_F`` over the kernel layer's feature
+            blocks (``FourierLayer(..., blocks=..., separable=True)``: one block per
+            channel), applied as an exact proximal step after each optimiser step, so
+            channels whose block reaches zero are dropped; :meth:`block_norms` gives the
+            norms (also logged as ``block_norm/<k>`` and ``train/active_blocks``).
     """
 
     landmarks_initialised: Tensor
@@ -116,6 +129,7 @@ class KernelClassifier(LightningModule):
         head_rho: float = DEFAULT_HEAD_RHO,
         init_landmarks: bool = True,
         return_scores: bool = False,
+        group_lasso: float = 0.0,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -140,6 +154,20 @@ class KernelClassifier(LightningModule):
         check_positive(owner, "rho", rho)
         check_positive(owner, "lr", lr)
         check_positive(owner, "head_rho", head_rho)
+        group_lasso = check_nonnegative(owner, "group_lasso", group_lasso)
+        blocks = getattr(kernel_layer, "feature_blocks", None)
+        if group_lasso > 0 and objective not in ("ce", "ls"):
+            raise ValueError(
+                f"{owner}: argument 'group_lasso' needs objective 'ce' or 'ls' (a trained "
+                f"read-out to sparsify), got group_lasso={group_lasso} with {objective!r}"
+            )
+        if group_lasso > 0 and (blocks is None or len(blocks) < 2):
+            raise ValueError(
+                f"{owner}: argument 'group_lasso' needs a kernel layer with feature blocks, "
+                "e.g. FourierLayer(..., ard=True, blocks=..., separable=True), got "
+                f"{type(kernel_layer).__name__} with "
+                f"{0 if blocks is None else len(blocks)} block(s)"
+            )
         if backbone_lr is not None:
             check_positive(owner, "backbone_lr", backbone_lr)
         if backbone is not None and not isinstance(backbone, nn.Module):
@@ -159,7 +187,8 @@ class KernelClassifier(LightningModule):
         self.backbone = backbone
         self.num_features = width
         self.head = RidgeHead(width, num_classes, rho=head_rho)
-        self.readout = nn.Linear(width, num_classes) if objective == "ce" else None
+        trained_readout = objective == "ce" or group_lasso > 0
+        self.readout = nn.Linear(width, num_classes) if trained_readout else None
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.register_buffer("landmarks_initialised", torch.tensor(False))
@@ -300,7 +329,11 @@ class KernelClassifier(LightningModule):
         else:
             features = self.kernel_layer(h)
             y = y.long()
-            if objective == "ls":
+            if self.readout is not None and objective == "ls":  # group lasso: trained
+                onehot = nn.functional.one_hot(y, self.hparams["num_classes"])
+                residual = self.readout(features) - onehot.to(features.dtype)
+                loss = 0.5 * residual.square().sum(1).mean()
+            elif objective == "ls":
                 self.head.update(features.detach(), y)
                 onehot = nn.functional.one_hot(y, self.hparams["num_classes"]).to(features.dtype)
                 weight = self.head.weight.to(features.dtype)
@@ -550,6 +583,8 @@ class KernelClassifier(LightningModule):
         params = [p for group in optimizer.param_groups for p in group["params"]]
         pending = [(p, p.detach().clone()) for p in params]
         optimizer.step(closure=optimizer_closure)  # runs training_step (the closure)
+        if self.hparams["group_lasso"] > 0 and self.stop_reason is None:
+            self._group_lasso_prox(optimizer)
         if self.stop_reason is not None:  # training_step found the previous step diverged
             return
         self._before_step = pending  # what a failure at the next step goes back to
@@ -564,6 +599,52 @@ class KernelClassifier(LightningModule):
                 "where the kernel's squared distances overflow)",
                 batch_idx,
             )
+
+    @torch.no_grad()
+    def block_norms(self) -> Tensor:
+        """``||W_k||_F`` of the trained read-out over each feature block of the kernel layer.
+
+        Returns:
+            Tensor[K]: one norm per block, in block order (channels with norm 0 are dropped
+            from the model); a single entry for a layer without blocks.
+
+        Raises:
+            RuntimeError: the objective has no trained read-out (``"di"``, plain ``"ls"``).
+        """
+        if self.readout is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: block_norms() needs a trained read-out (objective "
+                "'ce', or 'ls' with group_lasso > 0)"
+            )
+        weight = self.readout.weight  # [L, J]
+        blocks = getattr(self.kernel_layer, "feature_blocks", [range(weight.shape[1])])
+        return torch.stack([weight[:, block.start : block.stop].norm() for block in blocks])
+
+    @torch.no_grad()
+    def _group_lasso_prox(self, optimizer: Any) -> None:
+        """The proximal step of ``lam * sum_k ||W_k||_F`` after an optimiser step: shrink
+        each block's norm by its step size times ``lam``, exactly to zero below it (block
+        soft-thresholding). Adam's step size of a block is ``lr / (sqrt(v_hat) + eps)``
+        averaged over the block (a block-diagonal proximal Adam); plain ``lr`` for
+        other optimisers."""
+        assert self.readout is not None
+        weight = self.readout.weight
+        group = next(g for g in optimizer.param_groups if any(p is weight for p in g["params"]))
+        state = optimizer.state.get(weight, {})
+        scale = torch.ones_like(weight)
+        if "exp_avg_sq" in state and "step" in state:
+            beta2 = group["betas"][1]
+            correction = 1.0 - beta2 ** float(state["step"])
+            scale = 1.0 / ((state["exp_avg_sq"] / correction).sqrt() + group["eps"])
+        blocks: list[range] = getattr(self.kernel_layer, "feature_blocks", [])
+        for block in blocks:
+            part = weight[:, block.start : block.stop]
+            threshold = (
+                group["lr"]
+                * self.hparams["group_lasso"]
+                * scale[:, block.start : block.stop].mean()
+            )
+            part.mul_(torch.clamp(1.0 - threshold / part.norm().clamp_min(1e-30), min=0.0))
 
     def on_train_start(self) -> None:
         self._init_landmarks()
@@ -584,6 +665,10 @@ class KernelClassifier(LightningModule):
         self.head.set_statistics(merged)
 
     def on_train_epoch_end(self) -> None:
+        if self.hparams["group_lasso"] > 0:
+            norms = self.block_norms()
+            self.log_dict({f"block_norm/{k}": value for k, value in enumerate(norms)})
+            self.log("train/active_blocks", (norms > 0).sum().to(norms.dtype))
         if self.hparams["objective"] == "ls" and self.head.statistics is not None:
             self._gather_head_statistics()
             self.head.fit()  # the alternating closed-form step of the LS baseline
