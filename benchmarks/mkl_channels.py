@@ -103,9 +103,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     one = run(x, y, names, 0.0, separable=False, epochs=args.epochs, seed=args.seed)
     acc, seconds = 100 * one["acc"], one["s"]
-    print(
-        f"| one Gaussian kernel, {x.shape[1]} features | - | {acc:.2f} % | all | - | {seconds:.1f} |"
-    )
+    label = f"one Gaussian kernel, {x.shape[1]} features"
+    print(f"| {label} | - | {acc:.2f} % | all | - | {seconds:.1f} |")
     for lam in args.lams:
         r = run(x, y, names, lam, separable=True, epochs=args.epochs, seed=args.seed)
         norms = ", ".join(f"{v:.2f}" for v in r["norms"])
