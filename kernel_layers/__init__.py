@@ -15,6 +15,7 @@ from kernel_layers._version import __version__
 
 if TYPE_CHECKING:  # the names below, for type checkers and IDEs
     from kernel_layers.ensemble import EnsembleNystrom
+    from kernel_layers.fastfood import FastfoodLayer
     from kernel_layers.fourier import FourierLayer
     from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
     from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs
 _EXPORTS: dict[str, str] = {
     "DILoss": "kernel_layers.objectives",
     "EnsembleNystrom": "kernel_layers.ensemble",
+    "FastfoodLayer": "kernel_layers.fastfood",
     "FeatureCentering": "kernel_layers.normalize",
     "FeatureNormalization": "kernel_layers.normalize",
     "FourierLayer": "kernel_layers.fourier",
@@ -74,6 +76,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DILoss",
     "EnsembleNystrom",
+    "FastfoodLayer",
     "FeatureCentering",
     "FeatureNormalization",
     "FourierLayer",

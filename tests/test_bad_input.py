@@ -21,6 +21,7 @@ from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers import (
     DILoss,
     EnsembleNystrom,
+    FastfoodLayer,
     FeatureCentering,
     FeatureNormalization,
     FourierLayer,
@@ -177,6 +178,18 @@ ENTRIES: list[Entry] = [
         {"in_features": ["int>=1"], "gamma": ["positive"], "seed": ["seed"]},
     ),
     Entry(
+        "FastfoodLayer",
+        FastfoodLayer,
+        {"in_features": 4, "out_features": 8},
+        {
+            "in_features": ["int>=1"],
+            "out_features": ["int>=1"],
+            "gamma": ["positive"],
+            "trainable": ["bool"],
+            "seed": ["seed"],
+        },
+    ),
+    Entry(
         "FeatureCentering",
         FeatureCentering,
         {"num_features": 4},
@@ -319,6 +332,7 @@ ENTRIES: list[Entry] = [
     ),
     _layer_input_entry("FourierLayer", FourierLayer(4, 8, seed=0)),
     _layer_input_entry("NystromLayer", NystromLayer(4, 6, seed=0)),
+    _layer_input_entry("FastfoodLayer", FastfoodLayer(4, 8, seed=0)),
     _layer_input_entry("NystromLayer(rank=3)", NystromLayer(4, 6, seed=0, rank=3)),
     _layer_input_entry("EnsembleNystrom", EnsembleNystrom(4, 8, num_maps=2, seed=0)),
     _layer_input_entry("FeatureCentering", FeatureCentering(4), "features"),
