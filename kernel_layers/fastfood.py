@@ -11,8 +11,8 @@ then has the law of a row of ``W`` (Gaussian kernel ``exp(-gamma ||x - y||^2)``,
 ``1 / sigma^2 = 2 gamma``), and ``phi(x) = sqrt(2/J) cos(V x + b)``.
 
 Trainable like :class:`~kernel_layers.FourierLayer` (the DI paper's Discussion names
-Fastfood as the next map to train): the diagonals ``G`` and ``S`` and the phases ``b``
-are parameters (``3 J`` numbers in all), ``B`` and ``P`` fixed buffers.
+Fastfood as the next map to train): the diagonals ``G`` and ``log S`` and the phases
+``b`` are parameters (``3 J`` numbers in all), ``B`` and ``P`` fixed buffers.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class FastfoodLayer(nn.Module):
 
     Attributes:
         gaussian (Parameter[K, d']): the diagonals ``G``.
-        scale (Parameter[K, d']): the diagonals ``S / (sigma sqrt(d'))``.
+        log_scale (Parameter[K, d']): ``log`` of the diagonals ``S / (sigma sqrt(d'))``.
         phases (Parameter[J]): ``b``.
         signs (Tensor[K, d']): the ``B`` diagonals (buffer).
         permutation (Tensor[K, d']): the ``P`` permutations (buffer).
@@ -133,7 +133,11 @@ class FastfoodLayer(nn.Module):
         self.gaussian = nn.Parameter(
             gaussian.to(device=device, dtype=dtype), requires_grad=trainable
         )
-        self.scale = nn.Parameter(scale.to(device=device, dtype=dtype), requires_grad=trainable)
+        # Learned in log space, like FourierLayer's ARD bandwidths: Adam's steps are then
+        # relative, whatever the (small, ~sqrt(2 gamma / d')) size of the scales.
+        self.log_scale = nn.Parameter(
+            scale.log().to(device=device, dtype=dtype), requires_grad=trainable
+        )
         self.phases = nn.Parameter(phases.to(device=device, dtype=dtype), requires_grad=trainable)
 
     def projections(self, x: Tensor) -> Tensor:
@@ -142,7 +146,7 @@ class FastfoodLayer(nn.Module):
         z = hadamard_transform(padded[:, None, :] * self.signs)  # [B, K, d']
         index = self.permutation.expand(z.shape[0], -1, -1)
         z = hadamard_transform(torch.gather(z, 2, index) * self.gaussian)
-        return (z * self.scale).reshape(x.shape[0], -1)[:, : self.out_features]
+        return (z * self.log_scale.exp()).reshape(x.shape[0], -1)[:, : self.out_features]
 
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., d])`` to ``Tensor[..., J]`` features (autocast off)."""

@@ -59,7 +59,7 @@ def test_gradcheck() -> None:
     x = torch.rand(4, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
         lambda x_, g, s, b: _with(layer, g, s, b)(x_),
-        (x, layer.gaussian, layer.scale, layer.phases),
+        (x, layer.gaussian, layer.log_scale, layer.phases),
     )
 
 
