@@ -39,22 +39,22 @@ def step_time(kind: str, width: int, batch: int, repeats: int) -> float:
 
 
 def peak_memory(kind: str, width: int, batch: int) -> float:
-    """Peak RSS (MiB) of building the layer and one forward + backward, fresh process."""
+    """Growth of the peak resident memory (``VmHWM``, MiB) from building the layer and one
+    forward + backward, in a fresh process after a warm-up step at a tiny size.
+
+    ``VmHWM`` belongs to the new process image (``ru_maxrss`` would inherit the parent's
+    peak across fork and exec)."""
     code = (
-        "import resource, torch, sys;"
+        "import re, torch;"
         f"from kernel_layers import {LAYERS[kind].__name__} as C;"
-        f"l = C(784, {width}, gamma=0.01, seed=0); x = torch.rand({batch}, 784);"
-        "l(x).square().sum().backward();"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1]);"
+        "C(784, 8, seed=0)(torch.rand(4, 784)).square().sum().backward();"
+        "before = hwm();"
+        f"layer = C(784, {width}, gamma=0.01, seed=0); x = torch.rand({batch}, 784);"
+        "layer(x).square().sum().backward();"
+        "print((hwm() - before) / 1024)"
     )
-    base = (
-        "import resource, torch, kernel_layers;"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
-    )
-    run = [
-        float(subprocess.check_output([sys.executable, "-c", c]).split()[-1]) for c in (code, base)
-    ]
-    return run[0] - run[1]
+    return float(subprocess.check_output([sys.executable, "-c", code]).split()[-1])
 
 
 def accuracy(kind: str, width: int, root: str, epochs: int, trainable: bool) -> tuple[float, float]:
