@@ -17,6 +17,7 @@ __all__ = [
     "JITTER_GROWTH",
     "MAX_JITTER_TRIES",
     "SOLVE_DTYPE",
+    "SUM_OVERFLOW",
     "autocast_off",
     "data_limit",
     "default_jitter",
@@ -24,6 +25,7 @@ __all__ = [
     "landmark_gram",
     "refuse_double_backward",
     "robust_cholesky",
+    "sum_limit",
     "upcast",
 ]
 
@@ -68,6 +70,18 @@ def data_limit(x: object) -> float:
     return distance_limit(x.dtype, x.shape[1])
 
 
+def sum_limit(x: object) -> float:
+    """The largest magnitude whose sums over the rows of ``x (Tensor[..., D])`` (a batch
+    mean, a centring) stay finite in its dtype (inf for non-float inputs: their type check
+    reports them)."""
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim == 0:
+        return math.inf
+    rows = x.numel() // max(x.shape[-1], 1)
+    return torch.finfo(x.dtype).max / (2.0 * max(rows, 1))
+
+
+#: What overflows beyond :func:`sum_limit` (for messages).
+SUM_OVERFLOW = "larger ones overflow the sums over the batch"
 #: What overflows beyond :func:`distance_limit` (for messages).
 DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 

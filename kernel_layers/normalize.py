@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from kernel_layers._linalg import SUM_OVERFLOW, sum_limit
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
 
 __all__ = [
@@ -69,14 +70,6 @@ def normalize_features(features: Tensor, *, eps: float = NORM_EPS) -> Tensor:
     scale = torch.where(largest > 0, largest, torch.ones_like(largest))
     scaled = features / scale
     return scaled / torch.maximum(scaled.norm(dim=-1, keepdim=True), eps / scale)
-
-
-def _centre_limit(features: object) -> float:
-    """The largest magnitude whose mean and centred values stay finite in its dtype."""
-    if not isinstance(features, Tensor) or not features.is_floating_point():
-        return float("inf")
-    rows = features.numel() // max(features.shape[-1], 1) if features.ndim else 1
-    return torch.finfo(features.dtype).max / (2.0 * max(rows, 1))
 
 
 class FeatureCentering(nn.Module):
@@ -165,8 +158,8 @@ class FeatureCentering(nn.Module):
             "features",
             features,
             self.num_features,
-            max_abs=_centre_limit(features),
-            why="larger ones overflow the mean or the centred values",
+            max_abs=sum_limit(features),
+            why=SUM_OVERFLOW,
         )
         if self.momentum is not None and self.training:
             self._moving_average(features)

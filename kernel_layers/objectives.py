@@ -36,12 +36,14 @@ from torch import Tensor, nn
 from kernel_layers._linalg import (
     DISTANCE_OVERFLOW,
     SOLVE_DTYPE,
+    SUM_OVERFLOW,
     autocast_off,
     data_limit,
     default_jitter,
     landmark_gram,
     refuse_double_backward,
     robust_cholesky,
+    sum_limit,
     upcast,
 )
 from kernel_layers._validation import (
@@ -393,17 +395,6 @@ def _global_num_classes(targets: Tensor, num_classes: int | None, sync: _Sync | 
     return int(top.item()) + 1
 
 
-#: What overflows beyond :func:`_sum_limit` (for messages).
-SUM_OVERFLOW = "larger ones overflow the batch's sums"
-
-
-def _sum_limit(features: object) -> float:
-    """The largest feature magnitude whose batch sums stay finite in its dtype."""
-    if not isinstance(features, Tensor) or features.ndim != 2 or not features.is_floating_point():
-        return float("inf")
-    return torch.finfo(features.dtype).max / (2.0 * max(features.shape[0], 1))
-
-
 def _check_rho(owner: str, rho: float) -> float:
     return check_positive(owner, "rho", rho)
 
@@ -450,7 +441,7 @@ def discriminant_information(
         Tensor[]: DI, in the features' dtype.
     """
     owner = "discriminant_information"
-    check_matrix(owner, "features", features, max_abs=_sum_limit(features), why=SUM_OVERFLOW)
+    check_matrix(owner, "features", features, max_abs=sum_limit(features), why=SUM_OVERFLOW)
     rho = _check_rho(owner, rho)
     check_choice(owner, "form", form, FORMS)
     batch, width = features.shape
