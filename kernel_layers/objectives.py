@@ -346,7 +346,8 @@ class _DIFunction(torch.autograd.Function):
             a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
             residual = (rho * q).to(features.dtype)
         else:
-            scatter, cross = phi_c.mT @ phi_c, phi_c.mT @ y_c
+            # Y_c^T Phi_c, transposed: the skinny product runs faster this way round.
+            scatter, cross = phi_c.mT @ phi_c, (y_c.mT @ phi_c).mT
             if sync is not None:
                 packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
                 scatter, cross = packed[:, :width], packed[:, width:]

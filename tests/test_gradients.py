@@ -147,3 +147,18 @@ def test_nystrom_duplicate_landmarks_give_finite_gradients() -> None:
     discriminant_information(out, torch.arange(30) % 3).backward()
     assert torch.isfinite(out).all()
     assert torch.isfinite(layer.landmarks.grad).all()
+
+
+def test_gaussian_gram_of_one_set_has_the_gradient_of_both_arguments() -> None:
+    """``gaussian_kernel(z, z)`` takes both arguments' gradients in one product: checked
+    by gradcheck and against plain autograd of ``exp(-gamma ||z_i - z_j||^2)`` under a
+    non-symmetric upstream gradient."""
+    gen = torch.Generator().manual_seed(0)
+    z = torch.rand(7, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    weight = torch.randn(7, 7, dtype=torch.float64, generator=gen)
+    assert gradcheck(lambda z_: (gaussian_kernel(z_, z_, 0.7) * weight).sum(), (z,))
+    (ours,) = torch.autograd.grad((gaussian_kernel(z, z, 0.7) * weight).sum(), z)
+    diff = z[:, None, :] - z[None, :, :]
+    plain = torch.exp(-0.7 * diff.square().sum(-1))
+    (reference,) = torch.autograd.grad((plain * weight).sum(), z)
+    torch.testing.assert_close(ours, reference, rtol=1e-12, atol=1e-14)

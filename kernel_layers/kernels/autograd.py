@@ -59,14 +59,15 @@ class GaussianKernelFunction(torch.autograd.Function):
 
     Forward: ``G = exp(-gamma (||x||^2 + ||z||^2 - 2 x z^T)^+)`` in place on the
     product's buffer. Backward, with ``E = dL/dG * G * (-gamma)``:
-    ``dx = 2 (x * rowsum(E) - E z)``, ``dz = 2 (z * colsum(E) - E^T x)``.
+    ``dx = 2 (x * rowsum(E) - E z)``, ``dz = 2 (z * colsum(E) - E^T x)``; when ``z`` is
+    ``x`` their sum ``2 (x * rowsum(F) - F x)``, ``F = E + E^T``, is one product.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, z: Tensor, gamma: float, symmetric: bool) -> Tensor:
         g = squared_distances(x, x if symmetric else z).mul_(-gamma).exp_()
         ctx.save_for_backward(x, z, g)
-        ctx.gamma = gamma
+        ctx.gamma, ctx.symmetric = gamma, symmetric
         return g
 
     @staticmethod
@@ -75,6 +76,10 @@ class GaussianKernelFunction(torch.autograd.Function):
         e = grad * g
         e.mul_(-2.0 * ctx.gamma)
         grad_x = grad_z = None
+        if ctx.symmetric:  # z is x: both gradients in one product, all on x
+            e = e + e.mT
+            grad_x = torch.addmm(x * e.sum(1, keepdim=True), e, x, alpha=-1.0)
+            return grad_x, None, None, None
         if ctx.needs_input_grad[0]:
             grad_x = torch.addmm(x * e.sum(1, keepdim=True), e, z, alpha=-1.0)
         if ctx.needs_input_grad[1]:
