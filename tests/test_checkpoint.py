@@ -247,3 +247,63 @@ def test_backbone_from_a_cli_config_is_rebuilt_from_that_config(tmp_path: Path) 
     dm.setup()
     x = dm.test_dataset.tensors[0]
     assert torch.equal(_scores(loaded, x), _scores(model, x))
+
+
+def test_unfitted_ridge_readout_refuses_to_score() -> None:
+    model = KernelClassifier(NystromLayer(D, 12, gamma=0.5), num_classes=CLASSES)
+    with pytest.raises(RuntimeError, match=r"read-out is not fitted; call refit_head"):
+        model.scores(model(torch.rand(4, D)))
+
+
+def test_readout_older_than_the_features_refuses_to_score() -> None:
+    model, dm = MODELS["nystrom-di"](), _data()
+    dm.setup()
+    model.refit_head(dm.train_eval_dataloader())
+    x = dm.test_dataset.tensors[0]
+    model.scores(model(x))  # current: fine
+    with torch.no_grad():
+        model.kernel_layer.landmarks.add_(0.01)
+    with pytest.raises(RuntimeError, match=r"read-out is older than the features"):
+        model.scores(model(x))
+
+
+def test_checkpoint_between_validations_is_refitted_on_load(tmp_path: Path) -> None:
+    """Validation (the read-out's refit) every 2 epochs, checkpoints every epoch: the
+    checkpoint of epoch 3 holds a read-out fitted at epoch 2. Loaded, it is not trusted:
+    scores() refuses and test refits it on the saved features."""
+    torch.manual_seed(0)
+    model, dm = MODELS["nystrom-di"](), _data()
+    dm.val_fraction = 0.2
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, save_last=True, save_on_train_epoch_end=True
+    )
+    trainer = L.Trainer(
+        max_epochs=3,
+        check_val_every_n_epoch=2,
+        accelerator="cpu",
+        logger=False,
+        callbacks=[checkpoint],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, dm)  # on_fit_end refits the in-memory read-out
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["epoch"] == 2 and saved["kernel_layers_head_current"] is False
+    loaded = KernelClassifier.load_from_checkpoint(tmp_path / "last.ckpt")
+    assert not bool(loaded.head.fitted)
+    x = dm.test_dataset.tensors[0]
+    with pytest.raises(RuntimeError, match=r"read-out is not fitted"):
+        loaded.scores(loaded(x))
+    tester = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    acc = tester.test(loaded, dm, verbose=False)[0]["test/acc"]
+    assert acc == tester.test(model, dm, verbose=False)[0]["test/acc"]
+    assert torch.allclose(_scores(loaded, x), _scores(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_after_a_validation_keeps_its_readout(tmp_path: Path) -> None:
+    model, dm = MODELS["nystrom-di"](), _data()
+    path = tmp_path / "m.ckpt"
+    _fit_and_save(model, path, dm)  # saved after on_fit_end's refit: current
+    assert torch.load(path, weights_only=True)["kernel_layers_head_current"] is True
+    assert bool(KernelClassifier.load_from_checkpoint(path).head.fitted)

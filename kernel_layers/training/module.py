@@ -54,6 +54,9 @@ def _cli_config() -> dict[str, Any]:
 #: cross-entropy baselines.
 OBJECTIVES = ("di", "ls", "ce")
 
+#: Checkpoint key: whether the saved ridge read-out was fitted on the saved features.
+HEAD_CURRENT_KEY = "kernel_layers_head_current"
+
 
 class KernelClassifier(LightningModule):
     """Train a kernel layer (optionally atop a backbone) and read it out linearly.
@@ -254,8 +257,23 @@ class KernelClassifier(LightningModule):
         return self.kernel_layer(self.embed(x))
 
     def scores(self, features: Tensor) -> Tensor:
-        """Class scores ``[B, L]`` of the read-out on ``features (Tensor[B, J])``."""
-        return self.readout(features) if self.readout is not None else self.head(features)
+        """Class scores ``[B, L]`` of the read-out on ``features (Tensor[B, J])``.
+
+        Raises:
+            RuntimeError: the ridge read-out was never fitted, or was fitted on other
+                features than the current ones (call :meth:`refit_head`).
+        """
+        if self.readout is not None:
+            return self.readout(features)
+        stale = self._head_state is not None and self._head_state != self._feature_state()
+        if not bool(self.head.fitted) or (stale and self._refits_head):
+            raise RuntimeError(
+                f"{type(self).__name__}: the ridge read-out is "
+                + ("not fitted" if not bool(self.head.fitted) else "older than the features")
+                + "; call refit_head(loader) with the training data (trainer.test and "
+                "trainer.predict with a data module do it)"
+            )
+        return self.head(features)
 
     # ------------------------------------------------------------------ training
     def _check_batch(self, batch: int) -> None:
@@ -345,9 +363,6 @@ class KernelClassifier(LightningModule):
                 loss = nn.functional.cross_entropy(self.readout(features), y)
             shown = loss
         self.log("train/loss", shown, on_step=True, on_epoch=True, batch_size=len(y))
-        groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
-        if groups:
-            self.log("lr", groups[0]["lr"], on_step=False, on_epoch=True, batch_size=len(y))
         if not bool(torch.isfinite(loss)):
             what = f"non-finite training objective ({loss.item()})"
             if self._world_size > 1:  # skipping on one process would hang the others
@@ -397,8 +412,22 @@ class KernelClassifier(LightningModule):
                 "in_features / out_features, before loading it)"
             )
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Whether the saved read-out was fitted on the saved features (it lags them when
+        # a checkpoint is written between two validations, e.g. check_val_every_n_epoch).
+        checkpoint[HEAD_CURRENT_KEY] = (
+            not self._refits_head
+            or self.readout is not None
+            or (bool(self.head.fitted) and self._head_state == self._feature_state())
+        )
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.check_state_shapes(checkpoint.get("state_dict", {}))
+        state = checkpoint.get("state_dict", {})
+        self.check_state_shapes(state)
+        if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
+            # A read-out older than the saved features is not trusted: test / predict
+            # refit it from the data, and scores() refuses until then.
+            state["head.fitted"] = torch.zeros_like(state["head.fitted"])
 
     # ------------------------------------------------------------------ read-out fits
     def _train_eval_batches(self) -> Iterable[Any]:
@@ -645,6 +674,12 @@ class KernelClassifier(LightningModule):
                 * scale[:, block.start : block.stop].mean()
             )
             part.mul_(torch.clamp(1.0 - threshold / part.norm().clamp_min(1e-30), min=0.0))
+
+    def on_train_epoch_start(self) -> None:
+        # Once per epoch (a per-step log costs about a millisecond of Lightning's time).
+        groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
+        if groups:
+            self.log("lr", float(groups[0]["lr"]), on_step=False, on_epoch=True)
 
     def on_train_start(self) -> None:
         self._init_landmarks()
