@@ -57,7 +57,9 @@ def peak_memory(kind: str, width: int, batch: int) -> float:
     return float(subprocess.check_output([sys.executable, "-c", code]).split()[-1])
 
 
-def accuracy(kind: str, width: int, root: str, epochs: int, trainable: bool) -> tuple[float, float]:
+def accuracy(
+    kind: str, width: int, root: str, epochs: int, trainable: bool, batch: int | None
+) -> tuple[float, float]:
     import lightning as L
 
     from kernel_layers import KernelClassifier
@@ -66,7 +68,9 @@ def accuracy(kind: str, width: int, root: str, epochs: int, trainable: bool) -> 
     L.seed_everything(0)
     layer = LAYERS[kind](784, width, gamma=0.01, seed=0, trainable=trainable)
     model = KernelClassifier(layer, num_classes=10, lr=1e-2)
-    dm = MNISTDataModule(root, download=False, val_fraction=0.0, num_features=width)
+    dm = MNISTDataModule(
+        root, download=False, val_fraction=0.0, num_features=width, batch_size=batch
+    )
     trainer = L.Trainer(
         max_epochs=epochs if trainable else 0,
         logger=False,
@@ -88,19 +92,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--train-max", type=int, default=4096)
+    parser.add_argument(
+        "--train-batch",
+        type=int,
+        default=None,
+        help="DI training batch (default: the paper's max(1000, 2J); it must exceed J)",
+    )
+    parser.add_argument("--only", choices=sorted(LAYERS), default=None, help="one layer only")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     logging.getLogger("lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     rows = []
     for width in args.dims:
-        for kind in LAYERS:
+        for kind in [args.only] if args.only else LAYERS:
             row = {"layer": kind, "J": width}
             row["params"] = sum(p.numel() for p in LAYERS[kind](784, width, seed=0).parameters())
             row["step_ms"] = 1e3 * step_time(kind, width, args.batch, args.repeats)
             row["peak_mib"] = peak_memory(kind, width, args.batch)
             if width <= args.train_max:
-                row["untrained_acc"], _ = accuracy(kind, width, args.root, args.epochs, False)
-                row["di_acc"], row["train_s"] = accuracy(kind, width, args.root, args.epochs, True)
+                row["untrained_acc"], _ = accuracy(
+                    kind, width, args.root, args.epochs, False, args.train_batch
+                )
+                row["di_acc"], row["train_s"] = accuracy(
+                    kind, width, args.root, args.epochs, True, args.train_batch
+                )
             rows.append(row)
             print(json.dumps(row), flush=True)
     head = f"fwd+bwd ms (B={args.batch}) | peak MiB | untrained | DI ({args.epochs} ep.)"
