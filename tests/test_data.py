@@ -330,6 +330,17 @@ def test_covtype_rejects_malformed_csv(tmp_path: Path) -> None:
     (tmp_path / "covtype.data").write_text(",".join(["1"] * 54 + ["9"]) + "\n")
     with pytest.raises(ValueError, match=r"labels in .* must be integers in 1\.\.7"):
         CovTypeDataModule(tmp_path, download=False).setup()
+    (tmp_path / "covtype.data").write_text(",".join(["1.5"] * 54 + ["2"]) + "\n")
+    with pytest.raises(ValueError, match=r"cannot parse .* as a CSV of integers"):
+        CovTypeDataModule(tmp_path, download=False).setup()
+
+
+def test_covtype_csv_is_parsed_into_int32_without_a_float64_table(tmp_path: Path) -> None:
+    x_raw, y_raw = write_covtype(tmp_path / "covtype.data.gz", n=50)
+    x, y = _datasets.read_covtype_csv(tmp_path / "covtype.data.gz")
+    assert x.dtype == np.int32 and y.dtype == np.int64
+    np.testing.assert_array_equal(x, x_raw)
+    np.testing.assert_array_equal(y, y_raw - 1)
 
 
 def test_covtype_offline_error(tmp_path: Path, no_network: None) -> None:
