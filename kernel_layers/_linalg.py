@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "default_jitter",
     "distance_limit",
     "landmark_gram",
+    "lower_gram",
     "refuse_double_backward",
     "robust_cholesky",
     "sum_limit",
@@ -31,6 +33,40 @@ __all__ = [
 
 #: Low-precision dtypes that kernel distances and DI solves never run in.
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+#: Column-block width of :func:`lower_gram` (wide enough for matrix-product speed).
+GRAM_BLOCK = 250
+#: At most this many column blocks (more stop paying off on the CPUs measured).
+GRAM_MAX_BLOCKS = 8
+
+
+def lower_gram(a: Tensor, *, transpose: bool = False) -> Tensor:
+    """``a^T a`` (``a a^T`` if ``transpose``) with only its lower block triangle computed.
+
+    For a Cholesky factorisation, which reads the lower triangle only: the columns of
+    ``a`` are cut into ``k`` blocks of about :data:`GRAM_BLOCK` and block row ``i`` is
+    ``a_i^T [a_1 .. a_i]``, one product each, ``(k + 1) / (2k)`` of the full product's
+    flops (63 % for ``k = 4``). Blocks above the diagonal are zero, not mirrored.
+
+    Args:
+        a (Tensor[B, J]): the matrix (``Tensor[J, B]`` when ``transpose``).
+
+    Returns:
+        Tensor[J, J]: lower block triangle of the Gram matrix, zeros above.
+    """
+    if transpose:
+        a = a.mT
+    width = a.shape[-1]
+    blocks = min(GRAM_MAX_BLOCKS, max(1, round(width / GRAM_BLOCK)))
+    if blocks == 1:
+        return a.mT @ a
+    edges = [round(i * width / blocks) for i in range(blocks + 1)]
+    rows = [
+        torch.nn.functional.pad(a[:, lo:hi].mT @ a[:, :hi], (0, width - hi))
+        for lo, hi in itertools.pairwise(edges)
+    ]
+    return torch.cat(rows)
 
 
 def upcast(x: Tensor) -> Tensor:

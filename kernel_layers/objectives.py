@@ -41,6 +41,7 @@ from kernel_layers._linalg import (
     data_limit,
     default_jitter,
     landmark_gram,
+    lower_gram,
     refuse_double_backward,
     robust_cholesky,
     sum_limit,
@@ -336,18 +337,21 @@ class _DIFunction(torch.autograd.Function):
         y_c = targets - target_mean
         rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
         if dual:
-            factor = _factor_if_fine(_regularised(phi_c @ phi_c.mT, rho64), phi_c.dtype, owner)
+            gram = lower_gram(phi_c, transpose=True)  # the Cholesky reads the lower part
+            factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
             if factor is None:  # too coarse in float32: redo the B x B product in float64
                 wide = phi_c.to(SOLVE_DTYPE)
-                factor = robust_cholesky(_regularised(wide @ wide.mT, rho64), owner=owner)
+                gram = lower_gram(wide, transpose=True)
+                factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
             y64 = y_c.to(SOLVE_DTYPE)
             q = torch.cholesky_solve(y64, factor)
             di = (y64 * y64).sum() - rho * (y64 * q).sum()
             a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
             residual = (rho * q).to(features.dtype)
         else:
-            # Y_c^T Phi_c, transposed: the skinny product runs faster this way round.
-            scatter, cross = phi_c.mT @ phi_c, (y_c.mT @ phi_c).mT
+            # The scatter's lower triangle only (all the Cholesky factor reads); the cross
+            # term as (Y_c^T Phi_c)^T: the skinny product runs faster this way round.
+            scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
             if sync is not None:
                 packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
                 scatter, cross = packed[:, :width], packed[:, width:]
@@ -356,7 +360,7 @@ class _DIFunction(torch.autograd.Function):
             factor = _factor_if_fine(_regularised(scatter, total_ridge), phi_c.dtype, owner)
             if factor is None:  # too coarse in float32: redo the products in float64
                 wide, y_wide = phi_c.to(SOLVE_DTYPE), y_c.to(SOLVE_DTYPE)
-                scatter, cross = wide.mT @ wide, wide.mT @ y_wide
+                scatter, cross = lower_gram(wide), wide.mT @ y_wide
                 if sync is not None:
                     packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
                     scatter, cross = packed[:, :width], packed[:, width:]

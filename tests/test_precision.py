@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -100,3 +101,25 @@ def test_double_backward_refuses_instead_of_being_silently_wrong() -> None:
     # First-order gradients are unaffected.
     (grad,) = torch.autograd.grad(discriminant_information(phi, torch.arange(20) % 2), phi)
     assert torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("width", [7, 250, 600, 1000, 2300])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_lower_gram_is_the_lower_triangle_of_the_gram_matrix(width: int, transpose: bool) -> None:
+    from kernel_layers._linalg import lower_gram
+
+    gen = torch.Generator().manual_seed(width)
+    a = torch.randn(40, width, dtype=torch.float64, generator=gen)
+    a = a.mT.contiguous() if transpose else a
+    ours = lower_gram(a, transpose=transpose)
+    ref = a.numpy() @ a.numpy().T if transpose else a.numpy().T @ a.numpy()
+    lower = np.tril(np.ones_like(ref, dtype=bool))
+    np.testing.assert_allclose(ours.numpy()[lower], ref[lower], rtol=1e-12, atol=1e-10)
+    # Above the diagonal: the mirror image where computed (diagonal blocks), else zero.
+    upper = ours.numpy()[~lower]
+    assert np.all((upper == 0) | np.isclose(upper, ref[~lower], rtol=1e-12, atol=1e-10))
+    factor = torch.linalg.cholesky(ours + width * torch.eye(width, dtype=torch.float64))
+    full = torch.linalg.cholesky(
+        torch.from_numpy(ref) + width * torch.eye(width, dtype=torch.float64)
+    )
+    torch.testing.assert_close(factor, full, rtol=1e-10, atol=1e-10)
