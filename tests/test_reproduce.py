@@ -113,3 +113,33 @@ def test_markdown_table_spread_only_over_several_repeats() -> None:
     # METHODS order: untrained maps first; no spread for one repeat, empty cell if not run.
     assert lines[2] == "| standard-nystrom | 25.00 |  |"
     assert lines[3] == f"| di-nystrom | 60.00 ± {std:.2f} | 81.25 |"
+
+
+def test_incumbent_row_and_resume(tmp_path: Path) -> None:
+    """The incumbent (scikit-learn Nystroem + LinearSVC) is a row like the others, with
+    its fit time; a grid re-run with --append runs only the rows not yet in the CSV."""
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.svm import LinearSVC
+
+    common = ["--dataset", "digits", "--quick", "--dims", "16", "--out", str(tmp_path)]
+    first = reproduce.main([*common, "--methods", "incumbent", "--repeats", "1"])
+    (row,) = first
+    assert row["method"] == "sklearn-nystroem" and row["seconds"] > 0
+    # the same pipeline by hand, on the same scaled data and seed
+    dm = reproduce.make_datamodule("digits", 16, root=None)
+    dm.setup("fit")
+    (xtr, ytr), (xte, yte) = dm.train_dataset.tensors, dm.test_dataset.tensors
+    ny = Nystroem(gamma=row["gamma"], n_components=16, random_state=0).fit(xtr.numpy())
+    svm = LinearSVC(random_state=0).fit(ny.transform(xtr.numpy()), ytr.numpy())
+    expected = (svm.predict(ny.transform(xte.numpy())) == yte.numpy()).mean()
+    assert row["svm_test_acc"] == pytest.approx(expected, abs=1e-12)
+    assert 0.3 < row["test_acc"] <= 1.0  # the ridge head on its features
+    again = reproduce.main(
+        [*common, "--methods", "incumbent", "standard-nystrom", "--repeats", "2", "--append"]
+    )
+    assert [(r["method"], r["repeat"]) for r in again] == [
+        ("standard-nystrom", 0),  # methods in table order, the incumbent last
+        ("standard-nystrom", 1),
+        ("sklearn-nystroem", 1),
+    ]
+    assert len(reproduce.read_csv(tmp_path / "digits.csv")) == 4
