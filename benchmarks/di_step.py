@@ -172,28 +172,60 @@ def make_steps(
     return {"ours": ours, "floor": floor, "naive": naive}
 
 
-def agreement(layer: str, b: int, d: int, j: int, device: torch.device) -> dict[str, float]:
+def real_data(root: str | None, data_home: str | None) -> dict[int, tuple[torch.Tensor, ...]]:
+    """Scaled training rows and labels by width: MNIST (784) and CovType (54), when given."""
+    from kernel_layers.data import CovTypeDataModule, MNISTDataModule
+
+    found: dict[int, tuple[torch.Tensor, ...]] = {}
+    modules = []
+    if root:
+        modules.append(MNISTDataModule(root, download=False, val_fraction=0.0))
+    if data_home:
+        modules.append(CovTypeDataModule(data_home, download=False, val_fraction=0.0))
+    for dm in modules:
+        dm.setup()
+        x = dm.train_features()
+        found[x[0].numel()] = (x.reshape(len(x), -1).double(), dm.train_targets(), dm.num_classes)
+    return found
+
+
+def agreement(
+    layer: str,
+    b: int,
+    d: int,
+    j: int,
+    device: torch.device,
+    data: tuple[torch.Tensor, ...] | None = None,
+) -> dict[str, float]:
     """DI and its gradient in float32 against float64 on the same data and parameters.
+
+    ``data``: ``(x, labels, classes)`` of a real data set of width ``d`` (``b`` rows
+    drawn with a fixed seed, landmarks ``j`` further rows); default uniform noise.
 
     Returns ``di64``, ``di32``, ``rel_di = |di32 - di64| / |di64|`` and ``rel_grad`` =
     ``max |g32 - g64| / max |g64|`` (gradient to the frequencies or the landmarks).
     """
     gen = torch.Generator().manual_seed(0)
-    x64 = torch.rand(b, d, generator=gen, dtype=torch.float64).to(device)
-    labels = torch.randint(0, NUM_CLASSES, (b,), generator=gen).to(device)
+    classes = NUM_CLASSES
+    if data is None:
+        x64 = torch.rand(b, d, generator=gen, dtype=torch.float64).to(device)
+        labels = torch.randint(0, NUM_CLASSES, (b,), generator=gen).to(device)
+        landmarks64 = x64[:j]  # landmarks: rows of the batch
+    else:
+        rows = torch.randperm(len(data[0]), generator=gen)[: b + j]
+        x64, labels, classes = data[0][rows[:b]], data[1][rows[:b]], data[2]
+        x64, labels, landmarks64 = x64.to(device), labels.to(device), data[0][rows[b:]].to(device)
     out: dict[str, tuple[float, torch.Tensor]] = {}
     for dtype in (torch.float64, torch.float32):
         x = x64.to(dtype)
         if layer == "fourier":
             fourier = FourierLayer(d, j, gamma=GAMMA, seed=0, device=device, dtype=torch.float64)
             fourier = fourier.to(dtype)
-            di = discriminant_information(fourier(x), labels, num_classes=NUM_CLASSES)
+            di = discriminant_information(fourier(x), labels, num_classes=classes)
             (grad,) = torch.autograd.grad(di, fourier.frequencies)
         else:
-            z = x[:j].clone().requires_grad_(True)
-            di = nystrom_discriminant_information(
-                x, labels, z, gamma=GAMMA, num_classes=NUM_CLASSES
-            )
+            z = landmarks64.to(dtype).clone().requires_grad_(True)
+            di = nystrom_discriminant_information(x, labels, z, gamma=GAMMA, num_classes=classes)
             (grad,) = torch.autograd.grad(di, z)
         out[str(dtype)] = (float(di.detach()), grad.double())
     (di64, g64), (di32, g32) = out["torch.float64"], out["torch.float32"]
@@ -206,21 +238,33 @@ def agreement(layer: str, b: int, d: int, j: int, device: torch.device) -> dict[
 
 
 def agreement_table(
-    sizes: list[tuple[int, int, int]], layers: list[str], device: torch.device
+    sizes: list[tuple[int, int, int]],
+    layers: list[str],
+    device: torch.device,
+    data: dict[int, tuple[torch.Tensor, ...]] | None = None,
 ) -> list[dict[str, float]]:
-    """Print and return float32-vs-float64 DI agreement for every layer and size."""
-    print("\n| layer | B | d | J | DI float64 | DI float32 | rel. DI diff | rel. grad diff |")
-    print("|---" * 8 + "|")
+    """Print and return float32-vs-float64 DI agreement for every layer and size, on
+    uniform noise and on each real data set of the size's width."""
+    print(
+        "\n| layer | data | B | d | J | DI float64 | DI float32 | rel. DI diff | rel. grad diff |"
+    )
+    print("|---" * 9 + "|")
     rows = []
+    names = {784: "MNIST", 54: "CovType"}
     for layer in layers:
         for b, d, j in sizes:
-            row = {"layer": layer, "B": b, "d": d, "J": j, **agreement(layer, b, d, j, device)}
-            rows.append(row)
-            print(
-                f"| {layer} | {b} | {d} | {j} | {row['di64']:.6f} | {row['di32']:.6f} | "
-                f"{row['rel_di']:.1e} | {row['rel_grad']:.1e} |",
-                flush=True,
-            )
+            sources = {"uniform": None}
+            if data and d in data:
+                sources[names.get(d, f"d={d}")] = data[d]
+            for name, source in sources.items():
+                res = agreement(layer, b, d, j, device, source)
+                row = {"layer": layer, "data": name, "B": b, "d": d, "J": j, **res}
+                rows.append(row)
+                print(
+                    f"| {layer} | {name} | {b} | {d} | {j} | {row['di64']:.6f} | "
+                    f"{row['di32']:.6f} | {row['rel_di']:.1e} | {row['rel_grad']:.1e} |",
+                    flush=True,
+                )
     return rows
 
 
@@ -379,6 +423,10 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--root", default=None, help="MNIST IDX folder: agreement on MNIST")
+    parser.add_argument(
+        "--data-home", default=None, help="CovType folder: agreement on CovType rows"
+    )
     parser.add_argument("--dtype", nargs="+", default=["float32"])
     parser.add_argument("--layers", nargs="+", default=["fourier", "nystrom"])
     parser.add_argument("--sizes", nargs="+", default=None, help="B,d,J triples, e.g. 1000,54,500")
@@ -455,7 +503,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
     extra: dict[str, list[dict[str, float]]] = {}
     if not args.no_agreement:
-        extra["agreement"] = agreement_table(sizes, args.layers, device)
+        data = real_data(args.root, args.data_home)
+        extra["agreement"] = agreement_table(sizes, args.layers, device, data)
     if not args.no_throughput:
         extra["throughput"] = throughput_table(
             sizes, device, getattr(torch, args.dtype[0]), args.repeats

@@ -48,3 +48,25 @@ def test_main_writes_rows(tmp_path: Path) -> None:
     for row in data["steps"]:
         assert row["ours_ms"] > 0 and row["floor_ms"] > 0 and row["ratio"] > 0
     assert [r["layer"] for r in data["agreement"]] == ["fourier", "nystrom"]
+
+
+def test_agreement_on_mnist_files_draws_batch_and_landmarks_from_the_data(tmp_path: Path) -> None:
+    from formats import make_mnist_dir
+
+    make_mnist_dir(tmp_path / "mnist")
+    data = di_step.real_data(str(tmp_path / "mnist"), None)
+    assert set(data) == {784}
+    x, labels, classes = data[784]
+    assert x.dtype == torch.float64 and float(x.min()) >= 0 and float(x.max()) <= 1
+    assert classes == 10 and len(labels) == len(x)
+    for layer in ("fourier", "nystrom"):
+        row = di_step.agreement(layer, 40, 784, 10, torch.device("cpu"), data[784])
+        assert row["rel_di"] < 1e-5 and row["di64"] > 0
+    rows = di_step.agreement_table(
+        [(40, 784, 10), (40, 54, 10)], ["nystrom"], torch.device("cpu"), data
+    )
+    assert [(r["data"], r["d"]) for r in rows] == [
+        ("uniform", 784),
+        ("MNIST", 784),
+        ("uniform", 54),
+    ]
