@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -42,3 +43,22 @@ def test_schedules_seeds_and_merge(tmp_path: Path) -> None:
     assert one == (
         f"| 16 | fixed | 4.0 | {first[1]['seconds']:.1f} | {100 * first[1]['test_acc']:.2f} |"
     )
+
+
+def test_recipe_curve_with_incumbents(tmp_path: Path) -> None:
+    """Curve mode runs a shipped recipe as the CLI builds it: a point at epoch 0 (the
+    untrained map, same read-out) and every --every epochs, wall times increasing,
+    scikit-learn's incumbents on the same data; the JSONL, table and plot are written."""
+    curves = tmp_path / "curves.jsonl"
+    args = ["--recipe", "quickstart", "--every", "2", "--curves", str(curves)]
+    tta.main([*args, "--", "--trainer.max_epochs", "4"])
+    (run,) = [json.loads(line) for line in curves.read_text().splitlines()]
+    assert run["J"] == 200 and [p["epoch"] for p in run["curve"]] == [0, 2, 4]
+    walls = [p["wall_s"] for p in run["curve"]]
+    assert 0 <= walls[0] < walls[1] < walls[2]
+    assert all(0.5 < p["test_acc"] <= 1 for p in run["curve"])
+    assert [i["method"] for i in run["incumbents"]] == ["Nystroem + LinearSVC", "Nystroem + ridge"]
+    assert curves.with_suffix(".png").stat().st_size > 0
+    assert tta.settings(["--data.init_args.root", "/x", "--model.lr", "1e-2"]) == "--model.lr 1e-2"
+    table = tta.curve_table([run])
+    assert "| quickstart | --trainer.max_epochs 4 | 200 |" in table
