@@ -89,7 +89,11 @@ def test_each_objective_beats_its_untrained_start(
     metrics = trainer.logged_metrics
     assert "train/loss_epoch" in metrics and "lr" in metrics
     if objective == "di":
-        assert "train/di_epoch" in metrics
+        # -DI of the epoch, logged once per epoch; no per-step copy of train/di
+        assert "train/di_epoch" in metrics and "train/loss_step" not in metrics
+        torch.testing.assert_close(
+            metrics["train/loss_epoch"], -metrics["train/di_epoch"], rtol=1e-6, atol=0
+        )
 
 
 def test_di_rejects_batches_not_larger_than_j(make_trainer: Callable[..., L.Trainer]) -> None:

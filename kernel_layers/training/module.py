@@ -82,7 +82,9 @@ class KernelClassifier(LightningModule):
     epoch's batches so far, exact at the epoch's end (the quantity
     :class:`~kernel_layers.callbacks.PlateauDecay` and
     :class:`~kernel_layers.callbacks.DISaturationStopping` watch);
-    ``train/loss`` (every objective), ``lr``, ``val/acc`` and ``test/acc``.
+    ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
+    ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc`` and
+    ``test/acc``.
 
     Checkpoints (``ModelCheckpoint``) hold only tensors and primitive types, so they load
     with ``torch.load(path, weights_only=True)`` and ``trainer.fit(..., weights_only=True)``.
@@ -336,7 +338,6 @@ class KernelClassifier(LightningModule):
         if objective == "di":
             self._check_batch(h.shape[0] * self._world_size)
             di = self._di(h, y)
-            shown = -di
             # DDP averages gradients over processes, but each process holds only its
             # rows' share of dDI: scale so the average is the single-process gradient.
             loss = -di * self._world_size
@@ -361,8 +362,7 @@ class KernelClassifier(LightningModule):
             else:
                 assert self.readout is not None  # objective "ce" builds it
                 loss = nn.functional.cross_entropy(self.readout(features), y)
-            shown = loss
-        self.log("train/loss", shown, on_step=True, on_epoch=True, batch_size=len(y))
+            self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y))
         if not bool(torch.isfinite(loss)):
             what = f"non-finite training objective ({loss.item()})"
             if self._world_size > 1:  # skipping on one process would hang the others
@@ -700,6 +700,12 @@ class KernelClassifier(LightningModule):
         self.head.set_statistics(merged)
 
     def on_train_epoch_end(self) -> None:
+        ran = int(self.di_epoch_index) == self.current_epoch and int(self.di_epoch_rows) > 0
+        if self.hparams["objective"] == "di" and ran:
+            # -DI of the epoch, once (each per-step log costs about a millisecond of
+            # Lightning's time, an eighth of a small DI step).
+            epoch_di = self.di_epoch_sum / self.di_epoch_rows
+            self.log("train/loss_epoch", -epoch_di.float(), on_step=False, on_epoch=True)
         if self.hparams["group_lasso"] > 0:
             norms = self.block_norms()
             self.log_dict({f"block_norm/{k}": value for k, value in enumerate(norms)})
