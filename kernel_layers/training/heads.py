@@ -90,12 +90,14 @@ class RidgeHead(nn.Module):
             y = targets
         else:
             y = nn.functional.one_hot(targets.long(), self.num_outputs)
-        batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE))
+        # ridge_solve's Cholesky reads the scatter's lower triangle only
+        batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE), lower=True)
         self._stats = batch if self._stats is None else merge_statistics(self._stats, batch)
 
     @property
     def statistics(self) -> DIStatistics | None:
-        """The statistics accumulated since the last :meth:`reset` (``None`` if none)."""
+        """The statistics accumulated since the last :meth:`reset` (``None`` if none);
+        their ``scatter`` is valid in its lower triangle only."""
         return self._stats
 
     def set_statistics(self, stats: DIStatistics | None) -> None:
