@@ -81,6 +81,28 @@ def test_callback_draws_the_run(tmp_path: Path, make_trainer: Callable[..., L.Tr
     assert (Path(trainer.log_dir) / "bandwidths.png").is_file()
 
 
+def test_callback_adds_the_pictures_to_tensorboard(
+    tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    pytest.importorskip("tensorboard")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    L.seed_everything(0)
+    plots = KernelPlots()
+    model = KernelClassifier(NystromLayer(64, 50, gamma=0.02), num_classes=10, lr=1e-2)
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    trainer = make_trainer(max_epochs=2, logger=logger, callbacks=[plots])
+    trainer.fit(model, DigitsDataModule(batch_size=400))
+    assert [p.name for p in plots.written] == ["landmarks.png"]  # no CSV: no curves
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert events.Tags()["images"] == ["kernel-layers/landmarks"]
+    (image,) = events.Images("kernel-layers/landmarks")
+    with Image.open(plots.written[0]) as png:
+        assert (image.width, image.height) == png.size and image.step == trainer.global_step
+
+
 def test_plot_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setattr(sys, "argv", ["kernel-layers"])
     monkeypatch.chdir(tmp_path)
