@@ -57,10 +57,13 @@ from kernel_layers import (
     discriminant_information,
     nystrom_discriminant_information,
 )
+from kernel_layers.nystrom import default_jitter
 
 SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
 NUM_CLASSES = 10
 GAMMA = 0.01
+#: Relative jitter of K_Z in both dtypes of the agreement table (float32's default).
+JITTER32 = default_jitter(torch.float32)
 #: glibc mmap threshold (bytes) of the memory-scaling subprocesses (see :func:`peak_memory`).
 MMAP_THRESHOLD = 1 << 17
 
@@ -204,7 +207,8 @@ def agreement(
     device: torch.device,
     data: tuple[torch.Tensor, ...] | None = None,
 ) -> dict[str, float]:
-    """DI and its gradient in float32 against float64 on the same data and parameters.
+    """DI and its gradient in float32 against float64 on the same data and parameters
+    (for Nystrom, the same jitter: the float32 layer's default).
 
     ``data``: ``(x, labels, classes)`` of a real data set of width ``d`` (``b`` rows
     drawn with a fixed seed, landmarks ``j`` further rows); default uniform noise.
@@ -232,7 +236,10 @@ def agreement(
             (grad,) = torch.autograd.grad(di, fourier.frequencies)
         else:
             z = landmarks64.to(dtype).clone().requires_grad_(True)
-            di = nystrom_discriminant_information(x, labels, z, gamma=GAMMA, num_classes=classes)
+            # The same model in both dtypes: the float32 layer's default jitter.
+            di = nystrom_discriminant_information(
+                x, labels, z, gamma=GAMMA, num_classes=classes, jitter=JITTER32
+            )
             (grad,) = torch.autograd.grad(di, z)
         out[str(dtype)] = (float(di.detach()), grad.double())
     (di64, g64), (di32, g32) = out["torch.float64"], out["torch.float32"]

@@ -18,6 +18,8 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
+from kernel_layers._deferred import active_checks
+
 __all__ = [
     "check_bool",
     "check_choice",
@@ -194,6 +196,23 @@ def check_finite(
         ValueError: ``x`` has a non-finite entry, or one beyond ``max_abs``.
     """
     if is_compiling() or x.numel() == 0 or x.is_meta:
+        return
+    checks = active_checks()
+    if checks is not None:  # recorded on the device, read later (no host sync)
+        limit = torch.finfo(x.dtype).max if max_abs is None else max_abs
+        worst = x.detach().abs().amax()  # NaN if any entry is NaN
+        checks.record(
+            ValueError,
+            f"{owner}: argument '{name}' must be finite"
+            + (
+                ""
+                if max_abs is None
+                else f" with entries |value| <= {max_abs:.3g} in {x.dtype}"
+                + (f" ({why})" if why else "")
+            )
+            + ", and a batch was not",
+            ~(worst <= limit),
+        )
         return
     low, high = torch.aminmax(x.detach())
     low_value, high_value = torch.stack([low, high]).double().tolist()

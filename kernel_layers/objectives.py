@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from kernel_layers._deferred import active_checks
 from kernel_layers._linalg import (
     DISTANCE_OVERFLOW,
     SOLVE_DTYPE,
@@ -40,6 +41,7 @@ from kernel_layers._linalg import (
     autocast_off,
     data_limit,
     default_jitter,
+    kernel_dtype,
     landmark_gram,
     lower_gram,
     refuse_double_backward,
@@ -123,16 +125,29 @@ def encode_targets(
             f"{owner}: argument 'targets' must be integer labels of shape [B], "
             f"got shape {list(targets.shape)}"
         )
-    low, high = int(targets.min()), int(targets.max())
-    if low < 0:
-        raise ValueError(f"{owner}: argument 'targets' must be labels >= 0, got {low}")
-    if num_classes is None:
-        num_classes = high + 1
-    num_classes = check_int(owner, "num_classes", num_classes)
-    if high >= num_classes:
-        raise ValueError(
-            f"{owner}: argument 'targets' must be labels < num_classes={num_classes}, got {high}"
+    checks = active_checks()
+    if checks is not None and num_classes is not None:  # recorded, read later
+        num_classes = check_int(owner, "num_classes", num_classes)
+        checks.record(
+            ValueError,
+            f"{owner}: argument 'targets' must be labels in [0, num_classes={num_classes}), "
+            "and a batch's were not",
+            (targets.min() < 0) | (targets.max() >= num_classes),
         )
+        # Clamped so that no device-side assertion fires before the report.
+        targets = targets.clamp(0, num_classes - 1)
+    else:
+        low, high = int(targets.min()), int(targets.max())
+        if low < 0:
+            raise ValueError(f"{owner}: argument 'targets' must be labels >= 0, got {low}")
+        if num_classes is None:
+            num_classes = high + 1
+        num_classes = check_int(owner, "num_classes", num_classes)
+        if high >= num_classes:
+            raise ValueError(
+                f"{owner}: argument 'targets' must be labels < num_classes={num_classes}, "
+                f"got {high}"
+            )
     onehot = torch.zeros(batch, num_classes, dtype=torch.get_default_dtype(), device=targets.device)
     onehot.scatter_(1, targets.long()[:, None], 1.0)
     return onehot, True
@@ -239,6 +254,8 @@ def _factor_if_fine(s: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
     estimate from the one factorisation the solve needs anyway."""
     if dtype == SOLVE_DTYPE or torch.compiler.is_compiling():
         return robust_cholesky(s, owner=owner)
+    if active_checks() is not None:  # no host read to decide on: the float64 path
+        return None
     factor, info = torch.linalg.cholesky_ex(s)
     pivots = factor.diagonal().square()
     estimate = torch.finfo(dtype).eps * s.diagonal().amax() / pivots.amin()
@@ -535,9 +552,12 @@ def nystrom_discriminant_information(
     y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
     x = check_dtype(owner, "x", x, landmarks.dtype)
     with autocast_off(x):  # kernel distances never run in low precision
-        x, landmarks = upcast(x), upcast(landmarks)
-        g = spec.matrix(x, landmarks, gamma)
-        k_z = landmark_gram(landmarks, spec, gamma, jitter)
+        x = upcast(x)
+        # Narrow inputs: the kernel matrices in float64 as well (cheap next to the Gram).
+        dtype = kernel_dtype(x.dtype, x.shape[1], landmarks.shape[0])
+        z = upcast(landmarks).to(dtype)
+        g = spec.matrix(x.to(dtype), z, gamma)
+        k_z = landmark_gram(z, spec, gamma, jitter)
     # G^T C G + rho K_Z inherits K_Z's conditioning: form it in SOLVE_DTYPE.
     di = _DIFunction.apply(g.to(SOLVE_DTYPE), y, rho * k_z, rho, scale_columns, False, owner, sync)
     return di.to(x.dtype)

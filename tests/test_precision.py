@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import references as ref
 import torch
 from torch import nn
 
@@ -123,3 +124,50 @@ def test_lower_gram_is_the_lower_triangle_of_the_gram_matrix(width: int, transpo
         torch.from_numpy(ref) + width * torch.eye(width, dtype=torch.float64)
     )
     torch.testing.assert_close(factor, full, rtol=1e-10, atol=1e-10)
+
+
+def _covtype_like(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """CovType's layout: 10 continuous columns in [0, 1], then a one-hot block of 4
+    (wilderness) and one of 40 (soil type); 7 classes."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((rows, 54))
+    x[:, :10] = rng.random((rows, 10))
+    x[np.arange(rows), 10 + rng.integers(0, 4, rows)] = 1.0
+    x[np.arange(rows), 14 + rng.integers(0, 40, rows)] = 1.0
+    return x, rng.integers(0, 7, rows)
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_float32_nysdi_on_narrow_inputs_matches_float64_reference(
+    narrow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Narrow inputs (D <= n / NARROW_INPUT_RATIO) with a small gamma: K_Z is nearly
+    # singular and float32 kernel entries alone move NysDI by ~4e-4 here (1.3e-3 on
+    # CovType at gamma 0.01); the library evaluates those kernel matrices in float64.
+    import kernel_layers._linalg as linalg
+
+    if not narrow:  # the float32 path, to show this data does need float64 kernels
+        monkeypatch.setattr(linalg, "NARROW_INPUT_RATIO", 10**9)
+    x, labels = _covtype_like(500, seed=0)
+    z = _covtype_like(300, seed=1)[0]  # 300 landmarks >= 4 x 54 columns: narrow
+    gamma, jitter = 0.003, 1e-6
+    want = ref.nysdi(
+        ref.gaussian(x, z, gamma),
+        ref.gaussian(z, z, gamma) + jitter * np.eye(len(z)),
+        ref.onehot_unit(labels, 7),
+        1e-4,
+    )
+    got = nystrom_discriminant_information(
+        torch.tensor(x, dtype=torch.float32),
+        torch.tensor(labels),
+        torch.tensor(z, dtype=torch.float32),
+        gamma=gamma,
+        jitter=jitter,
+        num_classes=7,
+    )
+    assert got.dtype == torch.float32
+    error = abs(got.item() - want) / want
+    if narrow:  # measured: 3.5e-9
+        assert error < 1e-6
+    else:  # measured: 3.8e-4
+        assert error > 1e-5

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from kernel_layers._deferred import DeferredChecks, deferred_checks
 from kernel_layers._linalg import distance_limit
 from kernel_layers._validation import (
     check_bool,
@@ -53,6 +54,8 @@ def _cli_config() -> dict[str, Any]:
 #: Training objectives: Discriminant Information, the paper's least-squares and
 #: cross-entropy baselines.
 OBJECTIVES = ("di", "ls", "ce")
+#: When the training step's checks are read: at each step, or once per epoch.
+CHECK_EVERY = ("step", "epoch")
 
 #: Checkpoint key: whether the saved ridge read-out was fitted on the saved features.
 HEAD_CURRENT_KEY = "kernel_layers_head_current"
@@ -114,6 +117,15 @@ class KernelClassifier(LightningModule):
             channel), applied as an exact proximal step after each optimiser step, so
             channels whose block reaches zero are dropped; :meth:`block_norms` gives the
             norms (also logged as ``block_norm/<k>`` and ``train/active_blocks``).
+        check_every: ``"step"`` (default) or ``"epoch"``. The training step checks its
+            inputs, labels, factorisations and objective, and guards against divergence;
+            each check reads a device value, which on a GPU waits for the queued work (a
+            host synchronisation). With ``"epoch"`` the checks are recorded on the device
+            (:mod:`kernel_layers._deferred`) and read once at the epoch's end: a
+            failure then raises (bad inputs) or stops the fit (divergence) with the
+            parameters from the epoch's start, not those from before the failing step,
+            and a failed Cholesky factorisation is reported instead of retried with a
+            jitter. For GPU runs; on a CPU the reads cost next to nothing.
     """
 
     landmarks_initialised: Tensor
@@ -135,6 +147,7 @@ class KernelClassifier(LightningModule):
         init_landmarks: bool = True,
         return_scores: bool = False,
         group_lasso: float = 0.0,
+        check_every: str = "step",
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -148,6 +161,7 @@ class KernelClassifier(LightningModule):
             given.setdefault("backbone", backbone)
             backbone = build_module(owner, "backbone", cast(Mapping[str, Any], backbone))
         check_choice(owner, "objective", objective, OBJECTIVES)
+        check_choice(owner, "check_every", check_every, CHECK_EVERY)
         # The features' width: a layer with truncation says so (NystromLayer(rank=k)).
         width = getattr(kernel_layer, "feature_width", getattr(kernel_layer, "out_features", None))
         if not isinstance(kernel_layer, nn.Module) or not isinstance(width, int):
@@ -208,6 +222,10 @@ class KernelClassifier(LightningModule):
         self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
         self.register_buffer("di_epoch_rows", torch.tensor(0, dtype=torch.long))
         self.register_buffer("di_epoch_index", torch.tensor(-1, dtype=torch.long))
+        #: ``di_epoch_index`` as the host knows it (``None``: read it once).
+        self._di_epoch_seen: int | None = None
+        #: The checks of the current epoch with ``check_every="epoch"``.
+        self._deferred: DeferredChecks | None = None
 
     # Lightning declares this through a restricted-classmethod descriptor that mypy cannot
     # match with a classmethod; the call signature is Lightning's.
@@ -316,17 +334,28 @@ class KernelClassifier(LightningModule):
             self._stop_diverged(f"the objective failed after it ({err})", batch_idx)
             return None
 
-    def _stop_diverged(self, what: str, batch_idx: int) -> None:
-        """Restore the parameters from before the last optimiser step and stop the fit."""
+    def _restore_before_step(self) -> None:
+        """Put back the parameters saved before the last step (or the epoch's start)."""
         if self._before_step is not None:
             with torch.no_grad():
                 for param, saved in self._before_step:
                     param.copy_(saved)
                     param.grad = None
+
+    def _stop_diverged(self, what: str, batch_idx: int | None) -> None:
+        """Restore the parameters from before the last optimiser step (``batch_idx``
+        ``None``: from the epoch's start, checks deferred) and stop the fit."""
+        self._restore_before_step()
+        where = "" if batch_idx is None else f", batch {batch_idx}"
+        kept = (
+            "the parameters from the epoch's start (checks read once per epoch: "
+            "check_every='epoch')"
+            if batch_idx is None
+            else "the parameters before the last optimiser step"
+        )
         self.stop_reason = (
-            f"{type(self).__name__}: training diverged at epoch {self.current_epoch}, batch "
-            f"{batch_idx}: {what}; the parameters before the last optimiser step are kept "
-            "(is the learning rate too large?) and training stops"
+            f"{type(self).__name__}: training diverged at epoch {self.current_epoch}{where}: "
+            f"{what}; {kept} are kept (is the learning rate too large?) and training stops"
         )
         rank_zero_warn(self.stop_reason)
         self.trainer.should_stop = True
@@ -341,7 +370,9 @@ class KernelClassifier(LightningModule):
             # DDP averages gradients over processes, but each process holds only its
             # rows' share of dDI: scale so the average is the single-process gradient.
             loss = -di * self._world_size
-            self.log("train/di", di, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(y))
+            # The progress bar reads its values on the host (a synchronisation).
+            bar = self._deferred is None
+            self.log("train/di", di, on_step=True, on_epoch=False, prog_bar=bar, batch_size=len(y))
             self.log(
                 "train/di_epoch", self._di_epoch_mean(di, len(y)), on_step=True, on_epoch=False
             )
@@ -363,7 +394,11 @@ class KernelClassifier(LightningModule):
                 assert self.readout is not None  # objective "ce" builds it
                 loss = nn.functional.cross_entropy(self.readout(features), y)
             self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y))
-        if not bool(torch.isfinite(loss)):
+        if self._deferred is not None:  # read at the epoch's end
+            self._deferred.record(
+                FloatingPointError, "a non-finite training objective", ~torch.isfinite(loss)
+            )
+        elif not bool(torch.isfinite(loss)):
             what = f"non-finite training objective ({loss.item()})"
             if self._world_size > 1:  # skipping on one process would hang the others
                 raise FloatingPointError(
@@ -377,7 +412,10 @@ class KernelClassifier(LightningModule):
     @torch.no_grad()
     def _di_epoch_mean(self, di: Tensor, rows: int) -> Tensor:
         """Add a batch's DI to the epoch's running sums; return the epoch mean so far."""
-        if int(self.di_epoch_index) != self.current_epoch:  # a new epoch: restart the sums
+        if self._di_epoch_seen is None:  # one read per fit (the buffer may be resumed)
+            self._di_epoch_seen = int(self.di_epoch_index)
+        if self._di_epoch_seen != self.current_epoch:  # a new epoch: restart the sums
+            self._di_epoch_seen = self.current_epoch
             self.di_epoch_index.fill_(self.current_epoch)
             self.di_epoch_sum.zero_()
             self.di_epoch_rows.zero_()
@@ -424,6 +462,7 @@ class KernelClassifier(LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("state_dict", {})
         self.check_state_shapes(state)
+        self._di_epoch_seen = None  # di_epoch_index is about to change
         if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
             # A read-out older than the saved features is not trusted: test / predict
             # refit it from the data, and scores() refuses until then.
@@ -610,6 +649,23 @@ class KernelClassifier(LightningModule):
                 optimizer_closure()
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
+        if self._deferred is not None:  # checks recorded on the device, read per epoch
+            with deferred_checks(self._deferred):
+                optimizer.step(closure=optimizer_closure)
+                if self.hparams["group_lasso"] > 0:
+                    self._group_lasso_prox(optimizer)
+            if params and not torch.compiler.is_compiling():
+                top = torch.stack([p.detach().abs().amax() for p in params]).amax()
+                limit = distance_limit(
+                    params[0].dtype, getattr(self.kernel_layer, "in_features", 1)
+                )
+                self._deferred.record(
+                    FloatingPointError,
+                    f"an optimiser step made a parameter reach beyond {limit:.3g} (where "
+                    "the kernel's squared distances overflow) or NaN",
+                    ~(top <= limit),
+                )
+            return
         pending = [(p, p.detach().clone()) for p in params]
         optimizer.step(closure=optimizer_closure)  # runs training_step (the closure)
         if self.hparams["group_lasso"] > 0 and self.stop_reason is None:
@@ -680,8 +736,31 @@ class KernelClassifier(LightningModule):
         groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
         if groups:
             self.log("lr", float(groups[0]["lr"]), on_step=False, on_epoch=True)
+        if self.hparams.get("check_every", "step") == "epoch" and self.stop_reason is None:
+            # What a failure found at the epoch's end goes back to.
+            self._before_step = [(p, p.detach().clone()) for g in groups for p in g["params"]]
+            self._deferred = DeferredChecks()
+
+    def _read_deferred_checks(self) -> None:
+        """The epoch's one read of its deferred checks: raise (bad inputs, a failed
+        factorisation) or stop the fit (divergence), with the epoch's first parameters."""
+        checks, self._deferred = self._deferred, None
+        failure = None if checks is None else checks.first_failure()
+        if failure is None:
+            return
+        if isinstance(failure, FloatingPointError):
+            self._stop_diverged(f"{failure} in one of its steps", None)
+            return
+        self._restore_before_step()
+        raise type(failure)(
+            f"{failure} (in a training batch of epoch {self.current_epoch}; the checks were "
+            "read at the epoch's end, check_every='epoch', and the parameters from its "
+            "start are restored)"
+        )
 
     def on_train_start(self) -> None:
+        # The buffer may come from a checkpoint: read it once here, not in a step.
+        self._di_epoch_seen = int(self.di_epoch_index)
         self._init_landmarks()
         if self.hparams["objective"] == "ls" and not bool(self.head.fitted):
             self.refit_head()  # the LS read-out's first closed-form fit
@@ -700,6 +779,7 @@ class KernelClassifier(LightningModule):
         self.head.set_statistics(merged)
 
     def on_train_epoch_end(self) -> None:
+        self._read_deferred_checks()
         ran = int(self.di_epoch_index) == self.current_epoch and int(self.di_epoch_rows) > 0
         if self.hparams["objective"] == "di" and ran:
             # -DI of the epoch, once (each per-step log costs about a millisecond of
