@@ -26,7 +26,9 @@ Usage::
 
 On CUDA the step loop is timed with CUDA events and every epoch boundary synchronises;
 ``--sync-debug`` additionally runs the Lightning training steps under
-``torch.cuda.set_sync_debug_mode("error")`` (a hidden host synchronisation raises).
+``torch.cuda.set_sync_debug_mode("error")`` (a hidden host synchronisation raises), with
+the model's checks read once per epoch (``--model.check_every epoch``, which
+``--check-every`` also sets on any device).
 """
 
 from __future__ import annotations
@@ -147,7 +149,18 @@ def main() -> None:
         "the steps alone are timed for epochs // 2 + 1 epochs before and after",
     )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--sync-debug", action="store_true", help="CUDA: error on host syncs")
+    parser.add_argument(
+        "--sync-debug",
+        action="store_true",
+        help="CUDA: error on host syncs in a training step (implies --check-every epoch)",
+    )
+    parser.add_argument(
+        "--check-every",
+        choices=["step", "epoch"],
+        default=None,
+        help="KernelClassifier(check_every=...): when the step's checks are read "
+        "(default: the recipe's, i.e. 'step')",
+    )
     parser.add_argument("--json", default=None, help="append the result as one JSON line")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -161,6 +174,9 @@ def main() -> None:
         extra += ["--data.init_args.root", args.root]
     if args.data_home:
         extra += ["--data.init_args.data_home", args.data_home]
+    check_every = "epoch" if args.sync_debug else args.check_every
+    if check_every is not None:
+        extra += ["--model.check_every", check_every]
     accelerator = "gpu" if device.type == "cuda" else "cpu"
     extra += ["--trainer.accelerator", accelerator, "--trainer.enable_progress_bar", "false"]
     extra += ["--trainer.max_epochs", str(args.epochs + 1)]
@@ -198,6 +214,7 @@ def main() -> None:
         if device.type == "cuda"
         else platform.machine(),
         "threads": torch.get_num_threads(),
+        "check_every": model.hparams.get("check_every", "step"),
         "batches_per_epoch": len(loader),
         "steps_s": round(step_s, 4),
         "epoch_s": round(epoch_s, 4),
