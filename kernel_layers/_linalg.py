@@ -20,6 +20,7 @@ __all__ = [
     "JITTER_GROWTH",
     "MAX_JITTER_TRIES",
     "NARROW_INPUT_RATIO",
+    "NARROW_INPUT_WIDTH",
     "SOLVE_DTYPE",
     "SUM_OVERFLOW",
     "autocast_off",
@@ -78,22 +79,24 @@ def upcast(x: Tensor) -> Tensor:
     return x.float() if x.dtype in HALF_DTYPES else x
 
 
-#: Inputs at most ``1 / NARROW_INPUT_RATIO`` as wide as the landmark count are "narrow":
-#: their kernel matrices ``k(X, Z)``, ``k(Z, Z)`` (``B n D + n^2 D`` products) cost a
-#: small share of the float64 ``B n^2`` Gram that NysDI forms anyway, so they are
-#: evaluated in float64 too (see :func:`kernel_dtype`).
+#: Inputs at most ``1 / NARROW_INPUT_RATIO`` as wide as the landmark count, or at most
+#: ``NARROW_INPUT_WIDTH`` wide, are "narrow": their kernel matrices ``k(X, Z)``, ``k(Z, Z)``
+#: (``B n D + n^2 D`` products) cost a small share of the float64 ``B n^2`` Gram that
+#: NysDI forms anyway, or a small step in absolute terms, so they are evaluated in
+#: float64 too (see :func:`kernel_dtype`).
 NARROW_INPUT_RATIO = 4
+NARROW_INPUT_WIDTH = 64
 
 
 def kernel_dtype(dtype: torch.dtype, width: int, landmarks: int) -> torch.dtype:
     """The dtype in which NysDI evaluates its kernel matrices.
 
     Float64 (:data:`SOLVE_DTYPE`) for narrow inputs (``NARROW_INPUT_RATIO * width <=
-    landmarks``, e.g. CovType's 54 columns with 500 landmarks), whose float32 kernel
-    entries would otherwise move a nearly singular ``K_Z`` (measured: NysDI on CovType
-    off by 1.3e-3 relative at gamma 0.01 with float32 matrices); ``dtype`` otherwise
-    (wide inputs such as MNIST pixels, where the float64 matrices would double the
-    step's cost and float32 already agrees to 1e-7).
+    landmarks`` or ``width <= NARROW_INPUT_WIDTH``, e.g. CovType's 54 columns), whose
+    float32 kernel entries would otherwise move a nearly singular ``K_Z`` (measured:
+    NysDI on CovType off by 1.3e-3 relative at gamma 0.01 with float32 matrices);
+    ``dtype`` otherwise (wide inputs such as MNIST pixels, where float64 matrices would
+    cost +50 % of the step and float32 already agrees to 1e-7).
 
     Args:
         dtype: the inputs' (upcast) floating dtype.
@@ -103,9 +106,8 @@ def kernel_dtype(dtype: torch.dtype, width: int, landmarks: int) -> torch.dtype:
     Returns:
         torch.dtype: ``SOLVE_DTYPE`` or ``dtype``.
     """
-    if dtype == SOLVE_DTYPE or NARROW_INPUT_RATIO * width > landmarks:
-        return dtype
-    return SOLVE_DTYPE
+    narrow = width <= NARROW_INPUT_WIDTH or NARROW_INPUT_RATIO * width <= landmarks
+    return SOLVE_DTYPE if narrow else dtype
 
 
 def autocast_off(x: Tensor) -> torch.autocast:

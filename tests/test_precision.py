@@ -141,15 +141,16 @@ def _covtype_like(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_float32_nysdi_on_narrow_inputs_matches_float64_reference(
     narrow: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Narrow inputs (D <= n / NARROW_INPUT_RATIO) with a small gamma: K_Z is nearly
+    # Narrow inputs (D = 54 <= 64) with a small gamma: K_Z is nearly
     # singular and float32 kernel entries alone move NysDI by ~4e-4 here (1.3e-3 on
     # CovType at gamma 0.01); the library evaluates those kernel matrices in float64.
     import kernel_layers._linalg as linalg
 
     if not narrow:  # the float32 path, to show this data does need float64 kernels
         monkeypatch.setattr(linalg, "NARROW_INPUT_RATIO", 10**9)
+        monkeypatch.setattr(linalg, "NARROW_INPUT_WIDTH", 0)
     x, labels = _covtype_like(500, seed=0)
-    z = _covtype_like(300, seed=1)[0]  # 300 landmarks >= 4 x 54 columns: narrow
+    z = _covtype_like(300, seed=1)[0]
     gamma, jitter = 0.003, 1e-6
     want = ref.nysdi(
         ref.gaussian(x, z, gamma),
