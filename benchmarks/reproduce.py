@@ -145,6 +145,7 @@ FIELDS = [
     "stop_reason",
     "seconds",
     "eval_seconds",
+    "svm_c",
 ]
 
 
@@ -295,6 +296,33 @@ class Readouts:
     test_mse: float
     svm_train_acc: float
     svm_test_acc: float
+    svm_c: float = math.nan
+
+
+def choose_svm_c(
+    x: np.ndarray, y: np.ndarray, cs: Sequence[float], seed: int, *, scale: bool = True
+) -> float:
+    """``C`` of a ``LinearSVC`` (on standardised features with ``scale``): the one value
+    of ``cs``, or the best of several by stratified 3-fold cross-validated accuracy."""
+    if len(cs) == 1:
+        return float(cs[0])
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
+
+    svm = LinearSVC(random_state=seed)
+    model = make_pipeline(StandardScaler(), svm) if scale else make_pipeline(svm)
+    search = GridSearchCV(
+        model,
+        {"linearsvc__C": [float(c) for c in cs]},
+        cv=StratifiedKFold(3, shuffle=True, random_state=seed),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        search.fit(x, y)
+    return float(search.best_params_["linearsvc__C"])
 
 
 def evaluate(
@@ -307,7 +335,7 @@ def evaluate(
     head_rho: float = DEFAULT_HEAD_RHO,
     svm: bool = True,
     svm_max_samples: int | None = None,
-    svm_c: float = 1.0,
+    svm_c: float | Sequence[float] = 1.0,
     seed: int = 0,
 ) -> Readouts:
     """Ridge head (accuracy + one-hot MSE) and LinearSVC on fixed features.
@@ -319,7 +347,8 @@ def evaluate(
         head_rho: ridge penalty of the closed-form head.
         svm: also fit the linear SVM (else its accuracies are NaN).
         svm_max_samples: fit the SVM on at most this many stratified training rows.
-        svm_c: the SVM's ``C``.
+        svm_c: the SVM's ``C``, or candidates chosen among by 3-fold cross-validation
+            on the SVM's training rows (:func:`choose_svm_c`).
         seed: seed of the SVM subsample and solver.
     """
     head = RidgeHead(f_train.shape[1], num_classes, rho=head_rho)
@@ -341,7 +370,9 @@ def evaluate(
 
         xtr, ytr = f_train.numpy(), y_train.numpy()
         idx = _stratified_subset(ytr, svm_max_samples or len(ytr), seed)
-        clf = make_pipeline(StandardScaler(), LinearSVC(C=svm_c, random_state=seed))
+        cs = [svm_c] if isinstance(svm_c, int | float) else list(svm_c)
+        out["svm_c"] = choose_svm_c(xtr[idx], ytr[idx], cs, seed)
+        clf = make_pipeline(StandardScaler(), LinearSVC(C=out["svm_c"], random_state=seed))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             clf.fit(xtr[idx], ytr[idx])
@@ -431,9 +462,10 @@ def run_incumbent(
     gamma: float,
 ) -> dict[str, Any]:
     """The choice a user makes today: scikit-learn ``Nystroem(gamma, n_components=J)`` +
-    ``LinearSVC(C=--svm-c)`` on the same scaled data. ``seconds`` is the pipeline's fit
-    (landmarks, map, SVM); ``svm_*`` its accuracies; the ridge columns read out its
-    features with the same ridge head as every other method."""
+    ``LinearSVC(C=--svm-c)`` on the same scaled data (several ``--svm-c``: ``C`` by 3-fold
+    cross-validation on the SVM subsample). ``seconds`` is the pipeline's fit
+    (landmarks, map, the choice of ``C``, SVM); ``svm_*`` its accuracies; the ridge
+    columns read out its features with the same ridge head as every other method."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.kernel_approximation import Nystroem
     from sklearn.svm import LinearSVC
@@ -443,7 +475,10 @@ def run_incumbent(
     start = time.perf_counter()
     nystroem = Nystroem(gamma=gamma, n_components=j, random_state=repeat)
     f_train = nystroem.fit_transform(xtr)
-    svm = LinearSVC(C=args.svm_c, random_state=repeat)
+    # C by cross-validation (with several --svm-c) on the SVM subsample, as a user would.
+    idx = _stratified_subset(ytr, args.svm_max_samples or len(ytr), repeat)
+    svm_c = choose_svm_c(f_train[idx], ytr[idx], args.svm_c, repeat, scale=False)
+    svm = LinearSVC(C=svm_c, random_state=repeat)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         svm.fit(f_train, ytr)
@@ -460,6 +495,7 @@ def run_incumbent(
     )
     res.svm_train_acc = float((svm.predict(f_train) == ytr).mean())
     res.svm_test_acc = float((svm.predict(f_test) == y_test.numpy()).mean())
+    res.svm_c = svm_c
     return {
         "dataset": args.dataset,
         "method": method,
@@ -691,7 +727,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kmeans-max-rows", type=int, default=None, help="k-means on a random subset (cap)"
     )
-    p.add_argument("--svm-c", type=float, default=1.0)
+    p.add_argument(
+        "--svm-c",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="LinearSVC C; several values: chosen by 3-fold CV on the SVM's training rows",
+    )
     p.add_argument("--no-svm", action="store_true", help="skip the LinearSVC read-out")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -738,6 +780,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     # short, e.g. by the end of a session, continues with the same command).
     done = {(r["method"], int(r["J"]), int(r["repeat"])) for r in previous}
     rows: list[dict[str, Any]] = []
+    if previous and list(previous[0]) != FIELDS:  # an older layout: rewrite it first
+        write_csv(csv_path, previous)
     with open(csv_path, "a" if previous else "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         if not previous:

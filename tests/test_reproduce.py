@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import math
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 from formats import make_mnist_dir, write_covtype, write_letter
 
@@ -143,3 +145,43 @@ def test_incumbent_row_and_resume(tmp_path: Path) -> None:
         ("sklearn-nystroem", 1),
     ]
     assert len(reproduce.read_csv(tmp_path / "digits.csv")) == 4
+
+
+def test_svm_c_chosen_by_cross_validation(tmp_path: Path) -> None:
+    """Several --svm-c: C is chosen by stratified 3-fold CV (the same search by hand
+    agrees), recorded per row; an older CSV without the column is rewritten, not
+    misaligned, when a run appends to it."""
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
+
+    x, y = np.random.default_rng(0).normal(size=(300, 5)), np.arange(300) % 3
+    x[:, 0] += 2.0 * y  # separable along one column: a tiny C underfits
+    cs = [1e-5, 1.0]
+    chosen = reproduce.choose_svm_c(x, y, cs, seed=0)
+    search = GridSearchCV(
+        make_pipeline(StandardScaler(), LinearSVC(random_state=0)),
+        {"linearsvc__C": cs},
+        cv=StratifiedKFold(3, shuffle=True, random_state=0),
+    ).fit(x, y)
+    assert chosen == search.best_params_["linearsvc__C"] == 1.0
+    assert reproduce.choose_svm_c(x, y, [0.3], seed=0) == 0.3  # one value: no search
+
+    common = ["--dataset", "digits", "--quick", "--dims", "16", "--out", str(tmp_path)]
+    old = [{k: v for k, v in row.items() if k != "svm_c"} for row in reproduce.main(common)]
+    with open(tmp_path / "digits.csv", "w", newline="") as fh:  # the layout before svm_c
+        writer = csv.DictWriter(fh, fieldnames=[f for f in reproduce.FIELDS if f != "svm_c"])
+        writer.writeheader()
+        writer.writerows(old)
+    rows = reproduce.main(
+        [
+            *common,
+            *("--methods", "standard-nystrom", "--repeats", "2", "--append"),
+            *("--svm-c", "0.01", "1", "100"),
+        ]
+    )
+    assert float(rows[0]["svm_c"]) in (0.01, 1.0, 100.0)
+    written = reproduce.read_csv(tmp_path / "digits.csv")
+    assert list(written[0]) == reproduce.FIELDS and len(written) == len(old) + 1
+    assert written[-1]["svm_c"] == str(rows[0]["svm_c"]) and written[0]["svm_c"] == ""
