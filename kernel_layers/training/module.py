@@ -331,7 +331,9 @@ class KernelClassifier(LightningModule):
         except (RuntimeError, ValueError) as err:
             if self._before_step is None or self._world_size > 1:
                 raise  # not after a step of ours (bad data), or other processes would hang
-            self._stop_diverged(f"the objective failed after it ({err})", batch_idx)
+            # With deferred checks, what is restored is the epoch's start.
+            where = None if self._deferred is not None else batch_idx
+            self._stop_diverged(f"the objective failed after it ({err})", where)
             return None
 
     def _restore_before_step(self) -> None:
