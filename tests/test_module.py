@@ -306,3 +306,53 @@ def test_test_without_training_data_explains(make_trainer: Callable[..., L.Train
 def test_more_constructor_errors(kwargs: dict, exc: type, match: str) -> None:
     with pytest.raises(exc, match=f"KernelClassifier: argument {match}"):
         KernelClassifier(FourierLayer(3, 4), num_classes=3, **kwargs)
+
+
+class _StepDI(L.Callback):
+    """Records each step's train/di and every train/di_epoch the callbacks can see."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[float]] = []
+        self.epoch_values: list[float] = []
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.steps.append([])
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        self.steps[-1].append(float(trainer.callback_metrics["train/di"]))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_values.append(float(trainer.callback_metrics["train/di_epoch"]))
+
+
+def test_di_epoch_is_logged_once_per_epoch_as_the_mean_of_its_steps(
+    make_trainer: Callable[..., L.Trainer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = KernelClassifier(NystromLayer(10, 40, gamma=0.1, seed=0), num_classes=4)
+    names: list[str] = []
+    log = model.log
+
+    def counting_log(name: str, *args: object, **kwargs: object) -> None:
+        names.append(name)
+        log(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "log", counting_log)
+    record = _StepDI()
+    make_trainer(callbacks=[record], max_epochs=3).fit(model, _data())
+    assert [len(s) for s in record.steps] == [4, 4, 4]  # 1200 rows, batches of 300
+    assert names.count("train/di_epoch") == 3  # once per epoch, not once per step
+    assert names.count("train/di") == 12
+    means = [float(np.mean(s)) for s in record.steps]  # equal batches: the plain mean
+    np.testing.assert_allclose(record.epoch_values, means, rtol=1e-6)
+
+
+@pytest.mark.parametrize("stop", ["max_steps", "limit_train_batches"])
+def test_di_epoch_is_logged_when_the_epoch_ends_early(
+    make_trainer: Callable[..., L.Trainer], stop: str
+) -> None:
+    model = KernelClassifier(NystromLayer(10, 40, gamma=0.1, seed=0), num_classes=4)
+    record = _StepDI()
+    limit = {"max_steps": 2} if stop == "max_steps" else {"limit_train_batches": 2}
+    make_trainer(callbacks=[record], max_epochs=1, **limit).fit(model, _data())
+    assert [len(s) for s in record.steps] == [2]
+    np.testing.assert_allclose(record.epoch_values, [np.mean(record.steps[0])], rtol=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -82,7 +83,7 @@ class KernelClassifier(LightningModule):
     by the same objective. Without one, inputs ``[B, ...]`` are flattened.
 
     Logged: ``train/di`` (``"di"``; per step) and ``train/di_epoch``, the mean of the
-    epoch's batches so far, exact at the epoch's end (the quantity
+    epoch's batches, logged once on the epoch's last batch (the quantity
     :class:`~kernel_layers.callbacks.PlateauDecay` and
     :class:`~kernel_layers.callbacks.DISaturationStopping` watch);
     ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
@@ -375,9 +376,7 @@ class KernelClassifier(LightningModule):
             # The progress bar reads its values on the host (a synchronisation).
             bar = self._deferred is None
             self.log("train/di", di, on_step=True, on_epoch=False, prog_bar=bar, batch_size=len(y))
-            self.log(
-                "train/di_epoch", self._di_epoch_mean(di, len(y)), on_step=True, on_epoch=False
-            )
+            self._add_to_di_epoch(di, len(y))
         else:
             features = self.kernel_layer(h)
             y = y.long()
@@ -412,8 +411,8 @@ class KernelClassifier(LightningModule):
         return loss if loss.requires_grad else None
 
     @torch.no_grad()
-    def _di_epoch_mean(self, di: Tensor, rows: int) -> Tensor:
-        """Add a batch's DI to the epoch's running sums; return the epoch mean so far."""
+    def _add_to_di_epoch(self, di: Tensor, rows: int) -> None:
+        """Add a batch's DI to the epoch's running sums (buffers, so they resume)."""
         if self._di_epoch_seen is None:  # one read per fit (the buffer may be resumed)
             self._di_epoch_seen = int(self.di_epoch_index)
         if self._di_epoch_seen != self.current_epoch:  # a new epoch: restart the sums
@@ -423,7 +422,25 @@ class KernelClassifier(LightningModule):
             self.di_epoch_rows.zero_()
         self.di_epoch_sum += di.detach().to(self.di_epoch_sum) * rows
         self.di_epoch_rows += rows
-        return (self.di_epoch_sum / self.di_epoch_rows).to(di.dtype)
+
+    def _epoch_ends_here(self, batch_idx: int) -> bool:
+        """Whether the training epoch ends after this batch (last batch, or a stop)."""
+        trainer = self.trainer
+        return (
+            trainer.should_stop
+            or not math.isfinite(trainer.num_training_batches)  # length unknown: every batch
+            or batch_idx + 1 >= trainer.num_training_batches
+            or 0 <= trainer.max_steps <= trainer.global_step
+        )
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # train/di_epoch once, on the epoch's last batch (before the callbacks' epoch end,
+        # where PlateauDecay and DISaturationStopping read it): each self.log costs about
+        # 2.7 ms of Lightning's time, a twentieth of the MNIST recipe's DI step.
+        seen = self._di_epoch_seen == self.current_epoch and self.hparams["objective"] == "di"
+        if seen and self._epoch_ends_here(batch_idx):
+            mean = self.di_epoch_sum / self.di_epoch_rows.clamp_min(1)
+            self.log("train/di_epoch", mean.float(), on_step=True, on_epoch=False)
 
     # ------------------------------------------------------------------ checkpoints
     def check_state_shapes(self, state_dict: dict[str, Any]) -> None:
