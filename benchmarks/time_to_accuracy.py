@@ -360,8 +360,10 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
                 textcoords="offset points",
                 fontsize=7,
             )
-    top = max(100 * r["test_acc"] for run in runs for r in run["curve"])
-    ax.set_ylim(top - 6, top + 0.5)
+    # Every curve point and incumbent in view (the untrained start included).
+    shown_acc = [100 * r["test_acc"] for run in runs for r in run["curve"]]
+    shown_acc += [100 * inc["test_acc"] for run in runs for inc in run["incumbents"]]
+    ax.set_ylim(min(shown_acc) - 0.5, max(shown_acc) + 0.5)
     ax.set_xlabel("wall time of the fit (s, evaluation excluded)")
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)
