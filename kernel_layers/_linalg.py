@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from kernel_layers._deferred import active_checks
+from kernel_layers._syrk import host_lower_gram
 
 __all__ = [
     "CHOLESKY_JITTER",
@@ -52,7 +53,9 @@ def lower_gram(a: Tensor, *, transpose: bool = False) -> Tensor:
     For a Cholesky factorisation, which reads the lower triangle only: the columns of
     ``a`` are cut into ``k`` blocks of about :data:`GRAM_BLOCK` and block row ``i`` is
     ``a_i^T [a_1 .. a_i]``, one product each, ``(k + 1) / (2k)`` of the full product's
-    flops (63 % for ``k = 4``). Blocks above the diagonal are zero, not mirrored.
+    flops (63 % for ``k = 4``). Blocks above the diagonal are zero, not mirrored. On the
+    CPU, outside autograd, the host BLAS's ``syrk`` computes the exact lower triangle
+    instead (:func:`~kernel_layers._syrk.host_lower_gram`: half the flops, faster still).
 
     Args:
         a (Tensor[B, J]): the matrix (``Tensor[J, B]`` when ``transpose``).
@@ -62,6 +65,9 @@ def lower_gram(a: Tensor, *, transpose: bool = False) -> Tensor:
     """
     if transpose:
         a = a.mT
+    host = host_lower_gram(a)
+    if host is not None:
+        return host
     width = a.shape[-1]
     blocks = min(GRAM_MAX_BLOCKS, max(1, round(width / GRAM_BLOCK)))
     if blocks == 1:

@@ -1,0 +1,89 @@
+"""The host BLAS ``syrk`` behind :func:`~kernel_layers._linalg.lower_gram` on the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_info
+
+from kernel_layers._linalg import lower_gram
+from kernel_layers._syrk import HOST_SYRK_MIN_WORK, host_lower_gram
+
+
+def _reference(a: torch.Tensor) -> np.ndarray:
+    """``a^T a`` in float64 numpy."""
+    wide = a.detach().double().numpy()
+    return wide.T @ wide
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["row", "column", "strided"])
+def test_host_lower_gram_is_the_exact_lower_triangle(dtype: torch.dtype, layout: str) -> None:
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(700, 300, dtype=dtype, generator=gen)
+    a = {
+        "row": base,
+        "column": base.mT.contiguous().mT,  # column-major [700, 300]
+        "strided": torch.randn(700, 600, dtype=dtype, generator=gen)[:, ::2],
+    }[layout]
+    gram = host_lower_gram(a)
+    assert gram is not None and gram.dtype == dtype and gram.shape == (300, 300)
+    ref = _reference(a)
+    lower = np.tril(np.ones_like(ref, dtype=bool))
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(gram.numpy()[lower] / scale, ref[lower] / scale, atol=tol)
+    assert np.all(gram.numpy()[~lower] == 0)
+
+
+def test_lower_gram_transposed_uses_the_host_blas_without_a_copy() -> None:
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(400, 900, dtype=torch.float64, generator=gen)  # a a^T: [400, 400]
+    gram = lower_gram(a, transpose=True)
+    wide = a.numpy()
+    ref = wide @ wide.T
+    lower = np.tril(np.ones_like(ref, dtype=bool))
+    np.testing.assert_allclose(gram.numpy()[lower], ref[lower], rtol=1e-12, atol=1e-9)
+
+
+def test_host_lower_gram_declines_what_it_cannot_serve() -> None:
+    a = torch.randn(700, 300, dtype=torch.float64)
+    assert host_lower_gram(a.requires_grad_(True)) is None  # autograd would lose the graph
+    with torch.no_grad():
+        assert host_lower_gram(a) is not None  # no graph to lose
+    assert host_lower_gram(torch.randn(700, 300, dtype=torch.float16)) is None
+    assert host_lower_gram(torch.randn(700, 300, dtype=torch.complex64)) is None
+    small = torch.randn(10, 20, dtype=torch.float64)
+    assert small.shape[0] * small.shape[1] ** 2 < HOST_SYRK_MIN_WORK
+    assert host_lower_gram(small) is None
+
+
+def test_lower_gram_stays_differentiable_when_gradients_are_needed() -> None:
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(500, 300, dtype=torch.float64, generator=gen, requires_grad=True)
+    weights = torch.randn(300, 300, dtype=torch.float64, generator=gen).tril()
+    (grad,) = torch.autograd.grad((lower_gram(a) * weights).sum(), a)
+    # d/da sum(W * a^T a) = a (W + W^T), W lower-triangular: only the lower triangle counts.
+    ref = a.detach().numpy() @ (weights + weights.mT).numpy()
+    np.testing.assert_allclose(grad.numpy(), ref, rtol=1e-10, atol=1e-9)
+
+
+def _blas_threads() -> list[int]:
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_host_lower_gram_restores_the_blas_thread_pools() -> None:
+    before = _blas_threads()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert host_lower_gram(torch.randn(700, 300, dtype=torch.float64)) is not None
+    finally:
+        torch.set_num_threads(previous)
+    assert _blas_threads() == before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_lower_gram_leaves_cuda_tensors_to_pytorch() -> None:
+    assert host_lower_gram(torch.randn(700, 300, device="cuda")) is None
