@@ -322,10 +322,16 @@ class _DIFunction(torch.autograd.Function):
         dual: bool,
         owner: str,
         sync: _Sync | None = None,
+        exact_statistics: bool = False,
     ) -> Tensor:
         with autocast_off(features):
+            features = upcast(features)
+            if exact_statistics and features.dtype != SOLVE_DTYPE:
+                return _DIFunction._forward_exact(
+                    ctx, features, targets, ridge, rho, scale_columns, owner, sync
+                )
             return _DIFunction._forward(
-                ctx, upcast(features), targets, ridge, rho, scale_columns, dual, owner, sync
+                ctx, features, targets, ridge, rho, scale_columns, dual, owner, sync
             )
 
     @staticmethod
@@ -387,8 +393,51 @@ class _DIFunction(torch.autograd.Function):
             di, a64 = _solve_primal(scatter, cross, total_ridge, owner, factor)
             a = a64.to(features.dtype)
             residual = y_c - phi_c @ a
-        ctx.save_for_backward(residual, a, y_c)
+        ctx.save_for_backward(residual, a, y_c, a)
         ctx.has_ridge = ridge is not None and not dual
+        ctx.world_size = 1 if sync is None else sync.world_size
+        return di.to(features.dtype)
+
+    @staticmethod
+    def _forward_exact(
+        ctx,
+        features: Tensor,
+        targets: Tensor,
+        ridge: Tensor | None,
+        rho: float,
+        scale_columns: bool,
+        owner: str,
+        sync: _Sync | None,
+    ) -> Tensor:
+        """The primal path with every statistic in :data:`SOLVE_DTYPE` straight from
+        narrower ``features`` (NysDI's ``G``, whose Gram must be exact): the centring
+        writes the one wide copy (type promotion, no separate cast), and the ``B x J``
+        gradient comes out in the features' dtype."""
+        wide = SOLVE_DTYPE
+        y = targets.to(wide)
+        width, outputs = features.shape[1], y.shape[1]
+        count = torch.full((1,), float(features.shape[0]), dtype=wide, device=features.device)
+        sums = torch.cat([count, features.sum(0, dtype=wide), y.sum(0), (y * y).sum(0)])
+        if sync is not None:
+            sync.all_reduce(sums)
+        n = sums[0]
+        mean, target_mean = sums[1 : 1 + width] / n, sums[1 + width : 1 + width + outputs] / n
+        if scale_columns:
+            scale = _unit_column_scale(sums[1 + width + outputs :])
+            y, target_mean = y * scale, target_mean * scale
+        phi_c = features - mean  # promoted: one pass, already wide
+        y_c = y - target_mean
+        scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
+        if sync is not None:
+            packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
+            scatter, cross = packed[:, :width], packed[:, width:]
+        total_ridge = torch.tensor(rho, dtype=wide, device=features.device)
+        if ridge is not None:
+            total_ridge = ridge
+        di, a64 = _solve_primal(scatter, cross, total_ridge, owner)
+        residual = (y_c - phi_c @ a64).to(features.dtype)
+        ctx.save_for_backward(residual, a64.to(features.dtype), y_c.to(features.dtype), a64)
+        ctx.has_ridge = ridge is not None
         ctx.world_size = 1 if sync is None else sync.world_size
         return di.to(features.dtype)
 
@@ -399,16 +448,16 @@ class _DIFunction(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grad: Tensor):
-        residual, a, y_c = ctx.saved_tensors
-        grad = grad.to(a.dtype)
+        residual, a, y_c, a_ridge = ctx.saved_tensors
         grad_features = grad_targets = grad_ridge = None
         if ctx.needs_input_grad[0]:
-            grad_features = (residual * (2.0 * grad)) @ a.mT
+            grad_features = (residual * (2.0 * grad.to(a.dtype))) @ a.mT
         if ctx.needs_input_grad[1]:
-            grad_targets = (2.0 * grad) * (y_c - residual)
+            grad_targets = (2.0 * grad.to(a.dtype)) * (y_c - residual)
         if ctx.needs_input_grad[2] and ctx.has_ridge:
-            grad_ridge = (-grad / ctx.world_size) * (a @ a.mT)
-        return grad_features, grad_targets, grad_ridge, None, None, None, None, None
+            # In the ridge's own dtype (float64 for NysDI's rho K_Z).
+            grad_ridge = (-grad.to(a_ridge.dtype) / ctx.world_size) * (a_ridge @ a_ridge.mT)
+        return grad_features, grad_targets, grad_ridge, None, None, None, None, None, None
 
 
 def _global_num_classes(targets: Tensor, num_classes: int | None, sync: _Sync | None) -> int | None:
@@ -558,8 +607,9 @@ def nystrom_discriminant_information(
         z = upcast(landmarks).to(dtype)
         g = spec.matrix(x.to(dtype), z, gamma)
         k_z = landmark_gram(z, spec, gamma, jitter)
-    # G^T C G + rho K_Z inherits K_Z's conditioning: form it in SOLVE_DTYPE.
-    di = _DIFunction.apply(g.to(SOLVE_DTYPE), y, rho * k_z, rho, scale_columns, False, owner, sync)
+    # G^T C G + rho K_Z inherits K_Z's conditioning: every statistic in SOLVE_DTYPE, the
+    # B x J gradient in G's dtype.
+    di = _DIFunction.apply(g, y, rho * k_z, rho, scale_columns, False, owner, sync, True)
     return di.to(x.dtype)
 
 
