@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from kernel_layers._deferred import active_checks
-from kernel_layers._syrk import host_lower_gram
+from kernel_layers._host_blas import host_cholesky_ex, host_lower_gram
 
 __all__ = [
     "CHOLESKY_JITTER",
@@ -25,6 +25,7 @@ __all__ = [
     "SOLVE_DTYPE",
     "SUM_OVERFLOW",
     "autocast_off",
+    "cholesky_ex",
     "data_limit",
     "default_jitter",
     "distance_limit",
@@ -55,7 +56,7 @@ def lower_gram(a: Tensor, *, transpose: bool = False) -> Tensor:
     ``a_i^T [a_1 .. a_i]``, one product each, ``(k + 1) / (2k)`` of the full product's
     flops (63 % for ``k = 4``). Blocks above the diagonal are zero, not mirrored. On the
     CPU, outside autograd, the host BLAS's ``syrk`` computes the exact lower triangle
-    instead (:func:`~kernel_layers._syrk.host_lower_gram`: half the flops, faster still).
+    instead (:func:`~kernel_layers._host_blas.host_lower_gram`: half the flops, faster still).
 
     Args:
         a (Tensor[B, J]): the matrix (``Tensor[J, B]`` when ``transpose``).
@@ -164,6 +165,23 @@ SUM_OVERFLOW = "larger ones overflow the sums over the batch"
 DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 
+def cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.cholesky_ex(matrix)``; on the CPU outside autograd by the host
+    LAPACK (:func:`~kernel_layers._host_blas.host_cholesky_ex`, about 25 % faster).
+
+    Args:
+        matrix (Tensor[n, n]): symmetric matrix (its lower triangle is read).
+
+    Returns:
+        tuple[Tensor[n, n], Tensor[]]: the lower factor and ``info`` (0 on success).
+    """
+    host = host_cholesky_ex(matrix)
+    if host is not None:
+        return host
+    factor, info = torch.linalg.cholesky_ex(matrix)
+    return factor, info
+
+
 def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITTER) -> Tensor:
     """Lower Cholesky factor of a symmetric positive (semi-)definite matrix.
 
@@ -184,7 +202,7 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
     """
     if torch.compiler.is_compiling():  # no data-dependent branch in a compiled or
         return torch.linalg.cholesky(matrix)  # exported graph: it raises if not PD
-    factor, info = torch.linalg.cholesky_ex(matrix)
+    factor, info = cholesky_ex(matrix)
     checks = active_checks()
     if checks is not None:  # deferred: no host read, hence no jitter retry
         checks.record(
@@ -201,7 +219,7 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
     eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
     eps = jitter
     for _ in range(MAX_JITTER_TRIES):
-        factor, info = torch.linalg.cholesky_ex(matrix + (eps * scale) * eye)
+        factor, info = cholesky_ex(matrix + (eps * scale) * eye)
         if int(info) == 0:
             warnings.warn(
                 f"{owner}: Cholesky factorisation failed; succeeded after adding a jitter of "

@@ -39,6 +39,7 @@ from kernel_layers._linalg import (
     SOLVE_DTYPE,
     SUM_OVERFLOW,
     autocast_off,
+    cholesky_ex,
     data_limit,
     default_jitter,
     kernel_dtype,
@@ -256,7 +257,7 @@ def _factor_if_fine(s: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
         return robust_cholesky(s, owner=owner)
     if active_checks() is not None:  # no host read to decide on: the float64 path
         return None
-    factor, info = torch.linalg.cholesky_ex(s)
+    factor, info = cholesky_ex(s)
     pivots = factor.diagonal().square()
     estimate = torch.finfo(dtype).eps * s.diagonal().amax() / pivots.amin()
     if bool((info != 0) | ~(estimate <= GRAM_PRECISION_LIMIT)):

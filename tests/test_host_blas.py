@@ -8,7 +8,7 @@ import torch
 from threadpoolctl import threadpool_info
 
 from kernel_layers._linalg import lower_gram
-from kernel_layers._syrk import HOST_SYRK_MIN_WORK, host_lower_gram
+from kernel_layers._host_blas import HOST_SYRK_MIN_WORK, host_lower_gram
 
 
 def _reference(a: torch.Tensor) -> np.ndarray:
@@ -87,3 +87,52 @@ def test_host_lower_gram_restores_the_blas_thread_pools() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_host_lower_gram_leaves_cuda_tensors_to_pytorch() -> None:
     assert host_lower_gram(torch.randn(700, 300, device="cuda")) is None
+
+
+def _spd(order: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(order + 50, order, dtype=torch.float64, generator=gen)
+    return (a.mT @ a + torch.eye(order, dtype=torch.float64)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["row", "column"])
+def test_host_cholesky_matches_numpy_and_zeroes_the_upper_triangle(
+    dtype: torch.dtype, layout: str
+) -> None:
+    from kernel_layers._host_blas import host_cholesky_ex
+
+    s = _spd(300, dtype, 6)
+    s = s if layout == "row" else s.mT.contiguous().mT
+    result = host_cholesky_ex(s)
+    assert result is not None
+    factor, info = result
+    assert int(info) == 0 and info.dtype == torch.int32 and factor.dtype == dtype
+    ref = np.linalg.cholesky(s.double().numpy())
+    tol = 1e-10 if dtype == torch.float64 else 1e-3
+    np.testing.assert_allclose(factor.double().numpy(), ref, rtol=tol, atol=tol)
+    assert np.all(np.triu(factor.numpy(), 1) == 0)
+
+
+def test_host_cholesky_reports_failures_like_pytorch() -> None:
+    from kernel_layers._host_blas import host_cholesky_ex
+
+    for order in (3, 150, 299):  # not positive definite at this (0-based) row
+        s = _spd(300, torch.float64, 7)
+        s[order, order] = -1e6
+        result = host_cholesky_ex(s)
+        assert result is not None
+        assert int(result[1]) == int(torch.linalg.cholesky_ex(s).info) == order + 1
+    s = _spd(300, torch.float64, 8)
+    s[120, 120] = float("nan")  # the host routine itself reports success on NaN
+    result = host_cholesky_ex(s)
+    assert result is not None
+    assert int(result[1]) == 121 == int(torch.linalg.cholesky_ex(s).info)
+
+
+def test_host_cholesky_declines_small_and_differentiable_inputs() -> None:
+    from kernel_layers._host_blas import HOST_CHOLESKY_MIN_SIZE, host_cholesky_ex
+
+    assert host_cholesky_ex(_spd(HOST_CHOLESKY_MIN_SIZE - 1, torch.float64, 9)) is None
+    assert host_cholesky_ex(_spd(300, torch.float64, 9).requires_grad_(True)) is None
+    assert host_cholesky_ex(torch.ones(300, 301, dtype=torch.float64)) is None

@@ -1,0 +1,133 @@
+"""Symmetric kernels of DI's solve by the host BLAS / LAPACK that SciPy exposes (CPU).
+
+PyTorch has no ``syrk``: on the CPU its Gram matrix ``a^T a`` is a general product,
+twice the multiply-adds the symmetric result needs. SciPy's BLAS ``?syrk`` computes
+one triangle only; on the machine measured it forms the ``[1000, 1000]`` Gram of a
+``[2000, 1000]`` matrix in 41 ms (float64) and 22 ms (float32), against 75 ms / 36 ms
+for a block-triangular product in PyTorch and 86 ms / 45 ms for the full product. Its
+LAPACK ``?potrf`` factorises a float64 ``[1000, 1000]`` matrix in 10.2 ms against
+13.1 ms for ``torch.linalg.cholesky_ex`` (one thread each, benchmarks/README.md).
+
+Both serve DI's forward pass only (inside a custom autograd function, no graph);
+tensors that need gradients, CUDA tensors, compiled or exported code and small inputs
+keep PyTorch's own kernels (the functions return ``None``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["HOST_CHOLESKY_MIN_SIZE", "HOST_SYRK_MIN_WORK", "host_cholesky_ex", "host_lower_gram"]
+
+#: Below this many multiply-adds (``rows * width**2``) PyTorch's own product is used:
+#: the host call's fixed cost (tens of microseconds) would outweigh what it saves.
+HOST_SYRK_MIN_WORK = 1 << 22
+
+#: Below this order PyTorch's own Cholesky factorisation is used (same reason).
+HOST_CHOLESKY_MIN_SIZE = 256
+
+_HOST_DTYPES = (torch.float32, torch.float64)
+
+
+@functools.cache
+def _thread_controller() -> Any:
+    """A :mod:`threadpoolctl` controller of the loaded native thread pools (built once)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+@functools.cache
+def _syrk(dtype: torch.dtype) -> Any:
+    """SciPy's ``ssyrk`` / ``dsyrk`` for ``dtype``."""
+    from scipy.linalg import blas
+
+    return blas.ssyrk if dtype == torch.float32 else blas.dsyrk
+
+
+@functools.cache
+def _potrf(dtype: torch.dtype) -> Any:
+    """SciPy's ``spotrf`` / ``dpotrf`` for ``dtype``."""
+    from scipy.linalg import lapack
+
+    return lapack.spotrf if dtype == torch.float32 else lapack.dpotrf
+
+
+def _eligible(a: Tensor) -> bool:
+    """Whether ``a`` can go through the host BLAS: a plain float32 / float64 CPU matrix
+    outside autograd and compilation."""
+    if a.device.type != "cpu" or a.dtype not in _HOST_DTYPES or a.ndim != 2:
+        return False
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return False
+    if a.requires_grad and torch.is_grad_enabled():
+        return False
+    # Subclasses (fake, functional, batched tensors) keep PyTorch's path.
+    return type(a) is Tensor or type(a) is torch.nn.Parameter
+
+
+def _host_threads() -> Any:
+    """A context running the host BLAS with PyTorch's intra-op thread count."""
+    return _thread_controller().limit(limits=torch.get_num_threads(), user_api="blas")
+
+
+def host_lower_gram(a: Tensor) -> Tensor | None:
+    """The lower triangle of ``a^T a`` by the host BLAS, or ``None`` when not applicable.
+
+    Runs with as many BLAS threads as PyTorch's intra-op pool
+    (``torch.get_num_threads()``), restored afterwards. Not differentiable: callers use
+    it inside a custom ``backward`` or without gradients (``None`` is returned otherwise).
+
+    Args:
+        a (Tensor[B, J]): the matrix (any strides).
+
+    Returns:
+        Tensor[J, J] | None: ``a^T a`` on and below the diagonal, zeros above (column-major
+        strides), in ``a``'s dtype; ``None`` for CUDA tensors, other dtypes, tensors that
+        need gradients, compiled or exported code and small products.
+    """
+    if not _eligible(a) or a.shape[0] * a.shape[1] ** 2 < HOST_SYRK_MIN_WORK:
+        return None
+    a = a.detach()
+    # A row-major [B, J] array is a column-major [J, B] one: C = A A^T, no copy.
+    if a.is_contiguous():
+        operand, trans = a.numpy().T, 0
+    elif a.mT.is_contiguous():
+        operand, trans = a.numpy(), 1
+    else:
+        operand, trans = a.contiguous().numpy().T, 0
+    with _host_threads():
+        gram = _syrk(a.dtype)(1.0, operand, trans=trans, lower=1)
+    return torch.from_numpy(gram)
+
+
+def host_cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``torch.linalg.cholesky_ex(matrix)`` by the host LAPACK, or ``None`` when not
+    applicable (see :func:`host_lower_gram`).
+
+    Reads the lower triangle only, like PyTorch's. A non-finite pivot counts as a
+    failure (``info`` = its 1-based index), as in PyTorch: the host routine itself
+    reports success on NaN input.
+
+    Args:
+        matrix (Tensor[n, n]): symmetric matrix.
+
+    Returns:
+        tuple[Tensor[n, n], Tensor[]] | None: the lower factor (zeros above) and ``info``
+        (int32, 0 on success), as ``torch.linalg.cholesky_ex`` returns them.
+    """
+    if not _eligible(matrix) or matrix.shape[0] != matrix.shape[1]:
+        return None
+    if matrix.shape[0] < HOST_CHOLESKY_MIN_SIZE:
+        return None
+    with _host_threads():
+        factor, info = _potrf(matrix.dtype)(matrix.detach().numpy(), lower=1, clean=1)
+    result = torch.from_numpy(factor)
+    if info == 0:
+        bad = (~torch.isfinite(result.diagonal())).nonzero()
+        info = int(bad[0, 0]) + 1 if len(bad) else 0
+    return result, torch.tensor(max(info, 0), dtype=torch.int32)
