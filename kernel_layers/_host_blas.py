@@ -8,9 +8,14 @@ for a block-triangular product in PyTorch and 86 ms / 45 ms for the full product
 LAPACK ``?potrf`` factorises a float64 ``[1000, 1000]`` matrix in 10.2 ms against
 13.1 ms for ``torch.linalg.cholesky_ex`` (one thread each, benchmarks/README.md).
 
-Both serve DI's forward pass only (inside a custom autograd function, no graph);
-tensors that need gradients, CUDA tensors, compiled or exported code and small inputs
-keep PyTorch's own kernels (the functions return ``None``).
+Both serve DI's forward pass only (inside a custom autograd function, no graph), and
+only while PyTorch runs one intra-op thread (``torch.set_num_threads(1)``, as in
+single-threaded and one-process-per-core data-parallel runs): next to PyTorch's
+OpenMP threads a second pool of BLAS threads oversubscribes the cores (measured on 2
+cores with 2 threads each: a DI step at ``(1000, 64, 100)`` took 15.9 ms against 2.8 ms
+with PyTorch's kernels alone). Tensors that need gradients, CUDA tensors, compiled or
+exported code, several intra-op threads and small inputs keep PyTorch's own kernels
+(the functions return ``None``).
 """
 
 from __future__ import annotations
@@ -59,27 +64,29 @@ def _potrf(dtype: torch.dtype) -> Any:
 
 def _eligible(a: Tensor) -> bool:
     """Whether ``a`` can go through the host BLAS: a plain float32 / float64 CPU matrix
-    outside autograd and compilation."""
+    outside autograd and compilation, while PyTorch runs one intra-op thread."""
     if a.device.type != "cpu" or a.dtype not in _HOST_DTYPES or a.ndim != 2:
         return False
     if torch.compiler.is_compiling() or torch.compiler.is_exporting():
         return False
     if a.requires_grad and torch.is_grad_enabled():
         return False
+    if torch.get_num_threads() != 1:  # two thread pools would oversubscribe the cores
+        return False
     # Subclasses (fake, functional, batched tensors) keep PyTorch's path.
     return type(a) is Tensor or type(a) is torch.nn.Parameter
 
 
 def _host_threads() -> Any:
-    """A context running the host BLAS with PyTorch's intra-op thread count."""
-    return _thread_controller().limit(limits=torch.get_num_threads(), user_api="blas")
+    """A context running the host BLAS on one thread (its default is every core)."""
+    return _thread_controller().limit(limits=1, user_api="blas")
 
 
 def host_lower_gram(a: Tensor) -> Tensor | None:
     """The lower triangle of ``a^T a`` by the host BLAS, or ``None`` when not applicable.
 
-    Runs with as many BLAS threads as PyTorch's intra-op pool
-    (``torch.get_num_threads()``), restored afterwards. Not differentiable: callers use
+    Runs the BLAS on one thread (its thread count is restored afterwards), and only
+    when PyTorch does too (``torch.get_num_threads() == 1``). Not differentiable: callers use
     it inside a custom ``backward`` or without gradients (``None`` is returned otherwise).
 
     Args:
@@ -88,7 +95,8 @@ def host_lower_gram(a: Tensor) -> Tensor | None:
     Returns:
         Tensor[J, J] | None: ``a^T a`` on and below the diagonal, zeros above (column-major
         strides), in ``a``'s dtype; ``None`` for CUDA tensors, other dtypes, tensors that
-        need gradients, compiled or exported code and small products.
+        need gradients, compiled or exported code, several PyTorch threads and small
+        products.
     """
     if not _eligible(a) or a.shape[0] * a.shape[1] ** 2 < HOST_SYRK_MIN_WORK:
         return None

@@ -1,4 +1,4 @@
-"""The host BLAS ``syrk`` behind :func:`~kernel_layers._linalg.lower_gram` on the CPU."""
+"""The host BLAS / LAPACK kernels behind `lower_gram` and DI's Cholesky on the CPU."""
 
 from __future__ import annotations
 
@@ -7,8 +7,17 @@ import pytest
 import torch
 from threadpoolctl import threadpool_info
 
-from kernel_layers._linalg import lower_gram
 from kernel_layers._host_blas import HOST_SYRK_MIN_WORK, host_lower_gram
+from kernel_layers._linalg import lower_gram
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The host kernels serve single-threaded PyTorch only."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def _reference(a: torch.Tensor) -> np.ndarray:
@@ -75,13 +84,20 @@ def _blas_threads() -> list[int]:
 
 def test_host_lower_gram_restores_the_blas_thread_pools() -> None:
     before = _blas_threads()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert host_lower_gram(torch.randn(700, 300, dtype=torch.float64)) is not None
-    finally:
-        torch.set_num_threads(previous)
+    assert host_lower_gram(torch.randn(700, 300, dtype=torch.float64)) is not None
     assert _blas_threads() == before
+
+
+def test_host_kernels_stand_aside_when_pytorch_runs_several_threads() -> None:
+    from kernel_layers._host_blas import host_cholesky_ex
+
+    a = torch.randn(700, 300, dtype=torch.float64)
+    torch.set_num_threads(2)  # two thread pools would oversubscribe the cores
+    assert host_lower_gram(a) is None
+    assert host_cholesky_ex(_spd(300, torch.float64, 1)) is None
+    gram = lower_gram(a)  # PyTorch's block-triangular product instead
+    lower = np.tril(np.ones((300, 300), dtype=bool))
+    np.testing.assert_allclose(gram.numpy()[lower], _reference(a)[lower], rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
