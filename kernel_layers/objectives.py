@@ -411,9 +411,8 @@ class _DIFunction(torch.autograd.Function):
         sync: _Sync | None,
     ) -> Tensor:
         """The primal path with every statistic in :data:`SOLVE_DTYPE` straight from
-        narrower ``features`` (NysDI's ``G``, whose Gram must be exact): the centring
-        writes the one wide copy (type promotion, no separate cast), and the ``B x J``
-        gradient comes out in the features' dtype."""
+        narrower ``features`` (NysDI's ``G``, whose Gram must be exact): one wide copy,
+        centred in place, and the ``B x J`` gradient in the features' dtype."""
         wide = SOLVE_DTYPE
         y = targets.to(wide)
         width, outputs = features.shape[1], y.shape[1]
@@ -426,7 +425,8 @@ class _DIFunction(torch.autograd.Function):
         if scale_columns:
             scale = _unit_column_scale(sums[1 + width + outputs :])
             y, target_mean = y * scale, target_mean * scale
-        phi_c = features - mean  # promoted: one pass, already wide
+        # One wide copy, centred in place (a mixed-dtype subtraction is ~20x slower).
+        phi_c = features.to(wide, copy=True).sub_(mean)
         y_c = y - target_mean
         scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
         if sync is not None:
