@@ -40,7 +40,9 @@ _HOST_DTYPES = (torch.float32, torch.float64)
 
 @functools.cache
 def _thread_controller() -> Any:
-    """A :mod:`threadpoolctl` controller of the loaded native thread pools (built once)."""
+    """A :mod:`threadpoolctl` controller of the loaded native thread pools (built once,
+    after SciPy's BLAS is loaded, so that it is among them)."""
+    import scipy.linalg  # noqa: F401  (loads the BLAS / LAPACK the host kernels call)
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()

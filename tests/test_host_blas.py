@@ -100,6 +100,24 @@ def test_host_kernels_stand_aside_when_pytorch_runs_several_threads() -> None:
     np.testing.assert_allclose(gram.numpy()[lower], _reference(a)[lower], rtol=1e-12, atol=1e-9)
 
 
+def test_the_thread_controller_sees_scipys_blas_in_a_fresh_process() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import torch; torch.set_num_threads(1)\n"
+        "from kernel_layers._host_blas import _thread_controller, host_lower_gram\n"
+        "assert host_lower_gram(torch.randn(700, 300, dtype=torch.float64)) is not None\n"
+        "ours = {lib.filepath for lib in _thread_controller().lib_controllers}\n"
+        "import scipy.linalg\n"
+        "from threadpoolctl import ThreadpoolController\n"
+        "every = {lib.filepath for lib in ThreadpoolController().lib_controllers}\n"
+        "print(sorted(every - ours))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"  # no pool loaded that the limit does not reach
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_host_lower_gram_leaves_cuda_tensors_to_pytorch() -> None:
     assert host_lower_gram(torch.randn(700, 300, device="cuda")) is None
