@@ -431,10 +431,13 @@ class _DIFunction(torch.autograd.Function):
         if sync is not None:
             packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
             scatter, cross = packed[:, :width], packed[:, width:]
-        total_ridge = torch.tensor(rho, dtype=wide, device=features.device)
-        if ridge is not None:
-            total_ridge = ridge
-        di, a64 = _solve_primal(scatter, cross, total_ridge, owner)
+        # The scatter is this function's own: regularised in place, no copy.
+        if ridge is None:
+            scatter.diagonal().add_(rho)
+        else:
+            scatter.add_(ridge)
+        factor = robust_cholesky(scatter, owner=owner)
+        di, a64 = _solve_primal(scatter, cross, scatter.new_zeros(()), owner, factor)
         residual = (y_c - phi_c @ a64).to(features.dtype)
         ctx.save_for_backward(residual, a64.to(features.dtype), y_c.to(features.dtype), a64)
         ctx.has_ridge = ridge is not None
@@ -456,7 +459,7 @@ class _DIFunction(torch.autograd.Function):
             grad_targets = (2.0 * grad.to(a.dtype)) * (y_c - residual)
         if ctx.needs_input_grad[2] and ctx.has_ridge:
             # In the ridge's own dtype (float64 for NysDI's rho K_Z).
-            grad_ridge = (-grad.to(a_ridge.dtype) / ctx.world_size) * (a_ridge @ a_ridge.mT)
+            grad_ridge = (a_ridge * (-grad.to(a_ridge.dtype) / ctx.world_size)) @ a_ridge.mT
         return grad_features, grad_targets, grad_ridge, None, None, None, None, None, None
 
 
