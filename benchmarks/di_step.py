@@ -35,6 +35,7 @@ Usage::
     python benchmarks/di_step.py                       # the three sizes of the issue, CPU
     python benchmarks/di_step.py --device cuda --dtype float32 float64
     python benchmarks/di_step.py --no-throughput --no-memory-scaling   # first table only
+    python benchmarks/di_step.py --host-memory default   # glibc's allocator defaults
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from kernel_layers import (
     discriminant_information,
     nystrom_discriminant_information,
 )
+from kernel_layers.allocator import keep_freed_host_memory
 from kernel_layers.nystrom import default_jitter
 
 SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
@@ -464,11 +466,21 @@ def main(argv: list[str] | None = None) -> None:
         default=[500, 1000, 2000, 3000],
         help="J values of the memory-scaling table (B = 2J, d = 784)",
     )
+    parser.add_argument(
+        "--host-memory",
+        choices=["keep", "default"],
+        default="keep",
+        help="keep: freed host memory is reused (keep_freed_host_memory, as kernel-layers "
+        "does); default: glibc's defaults",
+    )
     args = parser.parse_args(argv)
+    if args.host_memory == "keep":
+        keep_freed_host_memory()
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     device = torch.device(args.device)
     print(
         f"# torch {torch.__version__}, {device}, threads {torch.get_num_threads()}, "
+        f"host memory {args.host_memory}, "
         f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}"
     )
     header = (

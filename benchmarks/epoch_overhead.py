@@ -50,6 +50,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from kernel_layers import KernelClassifier
+from kernel_layers.allocator import keep_freed_host_memory
 from kernel_layers.data import ArrayDataModule
 from kernel_layers.training.cli import KernelLayersCLI, resolve_config_args
 
@@ -162,9 +163,18 @@ def main() -> None:
         "(default: the recipe's, i.e. 'step')",
     )
     parser.add_argument("--json", default=None, help="append the result as one JSON line")
+    parser.add_argument(
+        "--host-memory",
+        choices=["keep", "default"],
+        default="keep",
+        help="keep: freed host memory is reused (keep_freed_host_memory, as kernel-layers "
+        "does); default: glibc's defaults",
+    )
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
+    if args.host_memory == "keep":
+        keep_freed_host_memory()
     args.extra = argv[cut + 1 :]  # more CLI arguments, after --
     logging.getLogger("lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")

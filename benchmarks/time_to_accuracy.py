@@ -40,6 +40,7 @@ from lightning.pytorch import Callback, seed_everything
 from typing_extensions import override
 
 from kernel_layers import KernelClassifier
+from kernel_layers.allocator import keep_freed_host_memory
 from kernel_layers.gamma import gamma_heuristic
 
 try:  # run as a script from the repository root or as benchmarks.time_to_accuracy
@@ -444,7 +445,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
+    p.add_argument(
+        "--host-memory",
+        choices=["keep", "default"],
+        default="keep",
+        help="keep: freed host memory is reused (keep_freed_host_memory, as kernel-layers "
+        "does); default: glibc's defaults",
+    )
     args = p.parse_args(argv[:cut])
+    if args.host_memory == "keep":
+        keep_freed_host_memory()
     extra = argv[cut + 1 :]
     if args.recipe or args.curves:
         if args.threads:

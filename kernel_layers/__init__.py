@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_layers._version import __version__
 
 if TYPE_CHECKING:  # the names below, for type checkers and IDEs
+    from kernel_layers.allocator import keep_freed_host_memory
     from kernel_layers.ensemble import EnsembleNystrom
     from kernel_layers.fastfood import FastfoodLayer
     from kernel_layers.fourier import FourierLayer
@@ -62,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "gamma_heuristic": "kernel_layers.gamma",
     "get_kernel": "kernel_layers.kernels",
     "greedy_landmarks": "kernel_layers.landmarks",
+    "keep_freed_host_memory": "kernel_layers.allocator",
     "kmeans": "kernel_layers.landmarks",
     "kmeans_plus_plus": "kernel_layers.landmarks",
     "least_squares_loss": "kernel_layers.objectives",
@@ -93,6 +95,7 @@ __all__ = [
     "gamma_heuristic",
     "get_kernel",
     "greedy_landmarks",
+    "keep_freed_host_memory",
     "kmeans",
     "kmeans_plus_plus",
     "least_squares_loss",

@@ -17,6 +17,9 @@ linked from the model and the data: ``J`` is set once, as the kernel layer's
 configuration is an error naming both values (the configuration is never silently
 replaced by the checkpoint's). The configuration of a run is saved as ``config.yaml``
 beside its logs (never over an existing file; not saved when the logger is off).
+``fit`` / ``validate`` / ``test`` / ``predict`` keep freed host memory for reuse
+(:func:`~kernel_layers.allocator.keep_freed_host_memory`; ``KERNEL_LAYERS_HOST_MEMORY=default``
+keeps glibc's defaults).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
+from kernel_layers.allocator import allocator_configured_by_user, keep_freed_host_memory
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
 from kernel_layers.training.module import KernelClassifier
 from kernel_layers.training.predictions import PredictionWriter
@@ -434,6 +438,8 @@ def main(args: list[str] | None = None) -> None:
     except ValueError as err:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None
+    if not allocator_configured_by_user():  # reuse the steps' buffers (allocator.py)
+        keep_freed_host_memory()
     if args is None:  # the console script: LightningCLI reads sys.argv itself (given
         sys.argv[1:] = argv  # both a list and a command line, it warns)
     KernelLayersCLI(
