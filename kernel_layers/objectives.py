@@ -410,24 +410,31 @@ class _DIFunction(torch.autograd.Function):
         sync: _Sync | None,
     ) -> Tensor:
         """The primal path with every statistic in :data:`SOLVE_DTYPE` straight from
-        narrower ``features`` (NysDI's ``G``, whose Gram must be exact): one wide copy,
-        centred in place, and the ``B x J`` gradient in the features' dtype."""
+        narrower ``features`` (NysDI's ``G``, whose Gram must be exact): features and
+        targets side by side in one wide buffer, so that one pass converts, one centres
+        and one symmetric product gives the scatter and the cross term together; the
+        ``B x J`` gradient in the features' dtype."""
         wide = SOLVE_DTYPE
         y = targets.to(wide)
-        width, outputs = features.shape[1], y.shape[1]
-        count = torch.full((1,), float(features.shape[0]), dtype=wide, device=features.device)
-        sums = torch.cat([count, features.sum(0, dtype=wide), y.sum(0), (y * y).sum(0)])
+        batch, width = features.shape
+        outputs = y.shape[1]
+        joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
+        phi_c, y_c = joint[:, :width], joint[:, width:]
+        phi_c.copy_(features)
+        y_c.copy_(y)
+        count = torch.full((1,), float(batch), dtype=wide, device=features.device)
+        sums = torch.cat([count, joint.sum(0), (y * y).sum(0)])
         if sync is not None:
             sync.all_reduce(sums)
-        n = sums[0]
-        mean, target_mean = sums[1 : 1 + width] / n, sums[1 + width : 1 + width + outputs] / n
+        mean = sums[1 : 1 + width + outputs] / sums[0]
         if scale_columns:
             scale = _unit_column_scale(sums[1 + width + outputs :])
-            y, target_mean = y * scale, target_mean * scale
-        # One wide copy, centred in place (a mixed-dtype subtraction is ~20x slower).
-        phi_c = features.to(wide, copy=True).sub_(mean)
-        y_c = y - target_mean
-        scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
+            y_c.mul_(scale)
+            mean[width:] *= scale
+        joint.sub_(mean)
+        # [S, .; M^T, .]: the lower triangle of the joint Gram holds S's and the cross term.
+        gram = lower_gram(joint)
+        scatter, cross = gram[:width, :width], gram[width:, :width].mT
         if sync is not None:
             packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
             scatter, cross = packed[:, :width], packed[:, width:]
@@ -438,7 +445,8 @@ class _DIFunction(torch.autograd.Function):
             scatter.add_(ridge)
         factor = robust_cholesky(scatter, owner=owner)
         di, a64 = _solve_primal(scatter, cross, scatter.new_zeros(()), owner, factor)
-        residual = (y_c - phi_c @ a64).to(features.dtype)
+        # Phi_c A as (A^T Phi_c^T)^T: the skinny product runs faster this way round.
+        residual = (y_c - (a64.mT @ phi_c.mT).mT).to(features.dtype)
         ctx.save_for_backward(residual, a64.to(features.dtype), y_c.to(features.dtype), a64)
         ctx.has_ridge = ridge is not None
         ctx.world_size = 1 if sync is None else sync.world_size
@@ -553,11 +561,26 @@ def _landmark_ridge(z: Tensor, spec: Kernel, gamma: float, jitter: float, rho: f
     Returns:
         Tensor[n, n]: the ridge matrix (upper triangle: the kernel's, unsymmetrised).
     """
-    k_z = spec.matrix(z, z, gamma).to(SOLVE_DTYPE)
-    shift = jitter * k_z.diagonal().mean().detach()
-    ridge = k_z * rho
-    ridge.diagonal().add_(rho * shift)
-    return ridge
+    return _ScaledRidge.apply(spec.matrix(z, z, gamma), rho, jitter)
+
+
+class _ScaledRidge(torch.autograd.Function):
+    """``rho (K + jitter * mean(diag K) I)`` in :data:`SOLVE_DTYPE`; the backward is
+    ``rho * grad`` in ``K``'s dtype (the jitter is a constant shift, as in
+    :func:`~kernel_layers._linalg.landmark_gram`): one pass each way, where autograd
+    through a cast, a product and an in-place diagonal update would take four."""
+
+    @staticmethod
+    def forward(ctx, kernel: Tensor, rho: float, jitter: float) -> Tensor:
+        ridge = kernel.to(SOLVE_DTYPE, copy=True).mul_(rho)
+        ridge.diagonal().add_(ridge.diagonal().mean() * jitter)
+        ctx.rho, ctx.dtype = rho, kernel.dtype
+        return ridge
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        refuse_double_backward("nystrom_discriminant_information")
+        return (grad * ctx.rho).to(ctx.dtype), None, None
 
 
 def nystrom_discriminant_information(
