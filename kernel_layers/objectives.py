@@ -326,7 +326,7 @@ class _DIFunction(torch.autograd.Function):
     ) -> Tensor:
         with autocast_off(features):
             features = upcast(features)
-            if exact_statistics and features.dtype != SOLVE_DTYPE:
+            if exact_statistics:
                 return _DIFunction._forward_exact(
                     ctx, features, targets, ridge, rho, scale_columns, owner, sync
                 )
@@ -410,7 +410,7 @@ class _DIFunction(torch.autograd.Function):
         sync: _Sync | None,
     ) -> Tensor:
         """The primal path with every statistic in :data:`SOLVE_DTYPE` straight from
-        narrower ``features`` (NysDI's ``G``, whose Gram must be exact): features and
+        ``features`` of any dtype (NysDI's ``G``, whose Gram must be exact): features and
         targets side by side in one wide buffer, so that one pass converts, one centres
         and one symmetric product gives the scatter and the cross term together; the
         ``B x J`` gradient in the features' dtype."""
