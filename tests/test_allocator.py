@@ -19,8 +19,10 @@ GLIBC = _mallopt() is not None
 
 # Minor page faults per DI step of a Nystrom layer at (B, D, J) = (1000, 54, 500), after
 # a warm-up: with glibc's defaults the step's large buffers go back to the system when
-# freed and fault in again at the next step (about 800 to 2700 a step measured); with
-# freed memory kept they are reused (under 1 a step measured).
+# freed and fault in again at the next step (800 to 3900 a step measured); with freed
+# memory kept they are reused. A few dozen faults a step remain from allocations that do
+# not go through glibc's heap (0 to 25 measured here, 73 on a CI machine whose default
+# run was not recorded), hence a ratio rather than an absolute bound.
 _FAULTS = textwrap.dedent(
     """
     import resource, sys, torch
@@ -55,8 +57,9 @@ def _faults(mode: str) -> float:
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
 def test_freed_memory_is_reused_without_page_faults():
-    assert _faults("default") > 200
-    assert _faults("keep") < 50
+    default, keep = _faults("default"), _faults("keep")
+    assert default > 200
+    assert keep < default / 10
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
