@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from numbers import Integral
 from typing import NoReturn
 
 import torch
 from torch import Tensor, nn
 
+from kernel_layers._blocks import block_index, check_blocks
 from kernel_layers._linalg import (
     autocast_off,
     distance_limit,
@@ -98,49 +98,6 @@ def cossin_features(x: Tensor, frequencies: Tensor) -> Tensor:
     return torch.cat([torch.cos(h), torch.sin(h)], dim=-1).mul_(
         math.sqrt(1.0 / frequencies.shape[1])
     )
-
-
-def _check_blocks(owner: str, blocks: object, in_features: int) -> tuple[tuple[int, ...], ...]:
-    """Normalise ``blocks`` (sizes or index groups) to index groups partitioning ``[0, D)``."""
-    expected = (
-        f"a list of block sizes summing to in_features={in_features} or a list of index "
-        f"groups partitioning range({in_features})"
-    )
-    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence) or not blocks:
-        raise ValueError(f"{owner}: argument 'blocks' must be {expected}, got {blocks!r}")
-    if all(isinstance(b, Integral) and not isinstance(b, bool) for b in blocks):
-        sizes = [int(b) for b in blocks]
-        if min(sizes) < 1 or sum(sizes) != in_features:
-            raise ValueError(
-                f"{owner}: argument 'blocks' must be {expected}, got sizes {sizes} "
-                f"(sum {sum(sizes)})"
-            )
-        bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
-        return tuple(tuple(range(a, b)) for a, b in itertools.pairwise(bounds))
-    groups = []
-    for group in blocks:
-        if (
-            isinstance(group, (str, bytes))
-            or not isinstance(group, Sequence)
-            or not group
-            or not all(isinstance(i, Integral) and not isinstance(i, bool) for i in group)
-        ):
-            raise ValueError(
-                f"{owner}: argument 'blocks' must be {expected}, got {blocks!r} "
-                f"(entry {group!r} is neither a size nor a non-empty list of indices)"
-            )
-        groups.append(tuple(int(i) for i in group))
-    flat = sorted(i for g in groups for i in g)
-    if flat != list(range(in_features)):
-        missing = sorted(set(range(in_features)) - set(flat))
-        extra = sorted(
-            {i for i in flat if not 0 <= i < in_features} | {i for i in flat if flat.count(i) > 1}
-        )
-        raise ValueError(
-            f"{owner}: argument 'blocks' must be {expected}, got {blocks!r} "
-            f"(missing {missing}, out of range or repeated {extra})"
-        )
-    return tuple(groups)
 
 
 class FourierLayer(nn.Module):
@@ -264,7 +221,7 @@ class FourierLayer(nn.Module):
                 f"{owner}: argument 'blocks' must be None when ard=False (one bandwidth "
                 f"per block needs ard=True), got {blocks!r}"
             )
-        self.blocks = None if blocks is None else _check_blocks(owner, blocks, self.in_features)
+        self.blocks = None if blocks is None else check_blocks(owner, blocks, self.in_features)
         self.separable = check_bool(owner, "separable", separable)
         if separable and (self.blocks is None or features != "cos"):
             raise ValueError(
@@ -314,12 +271,7 @@ class FourierLayer(nn.Module):
                 self.base_frequencies = nn.Parameter(base)
             else:
                 self.register_buffer("base_frequencies", base)
-            index = None
-            if self.blocks is not None:
-                index = torch.empty(self.in_features, dtype=torch.long)
-                for k, group in enumerate(self.blocks):
-                    index[list(group)] = k
-                index = index.to(device)
+            index = block_index(self.blocks, self.in_features, device)
             self.register_buffer("block_index", index, persistent=False)
             mask = None
             if self.separable and index is not None:  # block k's dims -> block k's features

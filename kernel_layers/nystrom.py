@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import torch
 from torch import Tensor, nn
 
+from kernel_layers._blocks import block_index, check_blocks
 from kernel_layers._linalg import (
     DISTANCE_OVERFLOW,
     autocast_off,
@@ -21,6 +22,7 @@ from kernel_layers._linalg import (
 )
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
+    check_bool,
     check_choice,
     check_device,
     check_dtype,
@@ -93,6 +95,15 @@ class NystromLayer(nn.Module):
     and gradients thanks to the jitter, relative to ``K_Z``'s mean diagonal, which
     escalates with a warning if the factorisation still fails.
 
+    **Learned bandwidths** (``ard=True``, automatic relevance determination): the kernel
+    acts on ``x * sigma`` and ``Z * sigma`` with ``sigma = exp(log_bandwidth)``, one
+    positive scale per input dimension or per block of dimensions (``blocks``), so that
+    a Gaussian kernel becomes ``exp(-gamma sum_d sigma_d^2 (x_d - z_d)^2)`` and DI training
+    learns which inputs matter and at what scale, together with the landmarks (which
+    stay in input space). Every ``sigma`` starts at 1: the layer starts as the isotropic
+    one. Kernels whose inputs are restricted to a domain (``chi2``, the skewed kernels)
+    are refused with ``ard=True``.
+
     Args:
         in_features: input dimension ``D``.
         out_features: number of landmarks and features ``n``.
@@ -110,8 +121,12 @@ class NystromLayer(nn.Module):
         landmarks (Tensor[n, D] | None): initial landmarks; ``None`` draws them
             uniformly in ``[0, 1)^D`` (the protocol scales features to ``[0, 1]``); use
             :meth:`from_data` to pick them from data.
-        trainable: whether the landmarks receive gradients (``False`` gives the
-            standard Nystrom baseline).
+        trainable: whether the landmarks (and learned bandwidths) receive gradients
+            (``False`` gives the standard Nystrom baseline).
+        ard: learn one bandwidth per input dimension (or per block).
+        blocks: with ``ard``, one bandwidth per block: block sizes summing to
+            ``in_features`` (e.g. ``[10, 44]``) or index groups partitioning
+            ``range(in_features)``.
         rank: ``None`` for the full map, or ``k <= n``: map through the top-k
             eigenpairs of ``K_Z`` (:func:`rank_k_map`, the ``K_Z[k]^+`` of the Nystrom
             subspace methods), giving ``k`` features; meant for inference (the
@@ -126,12 +141,16 @@ class NystromLayer(nn.Module):
 
     Attributes:
         landmarks (Parameter[n, D]): ``Z``.
+        log_bandwidth (Parameter[K] | None): with ``ard``, ``log sigma`` per block
+            (``K = D`` without ``blocks``); ``None`` otherwise.
 
     Shape:
         x (Tensor[..., D]) -> Tensor[..., n] (``Tensor[..., rank]`` with truncation).
     """
 
     _projection: Tensor | None
+    block_index: Tensor | None
+    log_bandwidth: nn.Parameter | None
 
     def __init__(
         self,
@@ -143,6 +162,8 @@ class NystromLayer(nn.Module):
         kernel_params: Mapping[str, float] | None = None,
         landmarks: Tensor | None = None,
         trainable: bool = True,
+        ard: bool = False,
+        blocks: Sequence[int] | Sequence[Sequence[int]] | None = None,
         rank: int | None = None,
         jitter: float | None = None,
         seed: int | None = None,
@@ -157,6 +178,19 @@ class NystromLayer(nn.Module):
         self.gamma = check_positive(owner, "gamma", gamma)
         spec = get_kernel(kernel, owner=owner)
         self.kernel = spec.name
+        self.ard = check_bool(owner, "ard", ard)
+        if blocks is not None and not self.ard:
+            raise ValueError(
+                f"{owner}: argument 'blocks' must be None when ard=False (one bandwidth "
+                f"per block needs ard=True), got {blocks!r}"
+            )
+        if self.ard and spec.check_input is not None:
+            raise ValueError(
+                f"{owner}: argument 'ard' must be False with kernel {spec.name!r}, whose "
+                f"inputs are restricted to a domain that scaling them could leave (learned "
+                f"bandwidths suit 'gaussian', 'laplacian', 'cauchy'), got ard=True"
+            )
+        self.blocks = None if blocks is None else check_blocks(owner, blocks, self.in_features)
         self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
         self._kernel = spec.bind(self.kernel_params, owner=owner)
         self._jitter = None if jitter is None else check_positive(owner, "jitter", jitter)
@@ -180,6 +214,15 @@ class NystromLayer(nn.Module):
                 )
             z = landmarks.detach().clone().to(dtype=dtype or landmarks.dtype, device=device)
         self.landmarks = nn.Parameter(z, requires_grad=trainable)
+        if self.ard:
+            num_blocks = self.in_features if self.blocks is None else len(self.blocks)
+            log_bandwidth = torch.zeros(num_blocks, dtype=z.dtype, device=z.device)
+            self.log_bandwidth = nn.Parameter(log_bandwidth, requires_grad=trainable)
+        else:
+            self.register_parameter("log_bandwidth", None)
+        self.register_buffer(
+            "block_index", block_index(self.blocks, self.in_features, z.device), persistent=False
+        )
         #: Whether the landmarks were given (``landmarks=`` or :meth:`from_data`) rather
         #: than drawn uniformly; ``KernelClassifier(init_landmarks=True)`` keeps given ones.
         self.landmarks_given = landmarks is not None
@@ -281,6 +324,27 @@ class NystromLayer(nn.Module):
         return self._jitter if self._jitter is not None else default_jitter(self.landmarks.dtype)
 
     @property
+    def bandwidth(self) -> Tensor:
+        """``sigma (Tensor[K])``: one learned bandwidth per block (``ard`` only)."""
+        if self.log_bandwidth is None:
+            raise AttributeError(f"{type(self).__name__} has no bandwidth: built with ard=False")
+        return self.log_bandwidth.exp()
+
+    @property
+    def input_bandwidth(self) -> Tensor | None:
+        """``sigma (Tensor[D])``: each input dimension's bandwidth, or ``None`` without
+        ``ard``."""
+        if self.log_bandwidth is None:
+            return None
+        sigma = upcast(self.log_bandwidth).exp()
+        return sigma if self.block_index is None else sigma[self.block_index]
+
+    def _scaled(self, t: Tensor) -> Tensor:
+        """``t (Tensor[..., D])`` times each dimension's bandwidth (``ard``), else ``t``."""
+        sigma = self.input_bandwidth
+        return t if sigma is None else t * sigma.to(t.dtype)
+
+    @property
     def feature_width(self) -> int:
         """The width of the features: ``rank`` with truncation, else ``out_features``."""
         return self.out_features if self.rank is None else self.rank
@@ -314,8 +378,8 @@ class NystromLayer(nn.Module):
         """
         spec = self.kernel_spec
         spec.validate_input(type(self).__name__, "x", x)
-        landmarks = upcast(self.landmarks)
-        g = spec.matrix(x, landmarks, self.gamma)
+        landmarks = self._scaled(upcast(self.landmarks))
+        g = spec.matrix(self._scaled(x), landmarks, self.gamma)
         return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
 
     @property
@@ -337,7 +401,8 @@ class NystromLayer(nn.Module):
         Returns:
             Tensor[n, n] (``Tensor[n, rank]`` with truncation): ``P`` in float64.
         """
-        k_z = landmark_gram(upcast(self.landmarks), self.kernel_spec, self.gamma, self.jitter)
+        landmarks = self._scaled(upcast(self.landmarks))
+        k_z = landmark_gram(landmarks, self.kernel_spec, self.gamma, self.jitter)
         if self.rank is not None:
             return rank_k_map(k_z, self.rank)
         factor = robust_cholesky(k_z, owner=type(self).__name__)
@@ -345,8 +410,10 @@ class NystromLayer(nn.Module):
         return torch.linalg.solve_triangular(factor, eye, upper=False).mT
 
     def _cache_key(self) -> tuple[object, ...]:
-        z = self.landmarks
-        return (z._version, z.data_ptr(), z.dtype, z.device, self.rank, self.gamma, self.jitter)
+        z, bandwidth = self.landmarks, self.log_bandwidth
+        scales = None if bandwidth is None else (bandwidth._version, bandwidth.data_ptr())
+        key = (z._version, z.data_ptr(), z.dtype, z.device, self.rank, self.gamma, self.jitter)
+        return (*key, scales)
 
     @torch.no_grad()
     def _cached_projection(self) -> Tensor:
@@ -403,7 +470,9 @@ class NystromLayer(nn.Module):
             if self._uses_cache():
                 spec = self.kernel_spec
                 spec.validate_input(owner, "x", flat)
-                g = spec.matrix(flat, upcast(self.landmarks), self.gamma)
+                g = spec.matrix(
+                    self._scaled(flat), self._scaled(upcast(self.landmarks)), self.gamma
+                )
                 features = g @ self._cached_projection().to(g.dtype)
             else:
                 g, k_z = self.kernel_matrices(flat)
@@ -453,6 +522,7 @@ class NystromLayer(nn.Module):
             jitter=self.jitter,
             num_classes=num_classes,
             sync_dist=sync_dist,
+            bandwidth=self.input_bandwidth,
         )
 
     def get_config(self) -> dict[str, object]:
@@ -468,6 +538,8 @@ class NystromLayer(nn.Module):
             "gamma": self.gamma,
             "kernel_params": dict(self.kernel_params),
             "trainable": self.landmarks.requires_grad,
+            "ard": self.ard,
+            "blocks": None if self.blocks is None else [list(b) for b in self.blocks],
             "rank": self.rank,
             "jitter": self._jitter,
         }
@@ -483,6 +555,10 @@ class NystromLayer(nn.Module):
         )
         if self.kernel_params:
             text += f", kernel_params={self.kernel_params}"
+        if self.ard:
+            text += ", ard=True"
+            if self.blocks is not None:
+                text += f", blocks={[list(b) for b in self.blocks]}"
         if self.rank is not None:
             text += f", rank={self.rank}"
         return text

@@ -52,6 +52,7 @@ from kernel_layers._linalg import (
 from kernel_layers._validation import (
     check_choice,
     check_dtype,
+    check_features,
     check_finite,
     check_int,
     check_matrix,
@@ -583,6 +584,25 @@ class _ScaledRidge(torch.autograd.Function):
         return (grad * ctx.rho).to(ctx.dtype), None, None
 
 
+def _check_bandwidth(owner: str, bandwidth: object, width: int) -> None:
+    """Raise unless ``bandwidth`` is a finite, positive ``Tensor[width]`` (the sign is
+    recorded on the device instead under deferred checks: no host read in a step)."""
+    check_features(owner, "bandwidth", bandwidth, width)
+    assert isinstance(bandwidth, Tensor)  # check_features raised otherwise
+    if bandwidth.ndim != 1:
+        raise ValueError(
+            f"{owner}: argument 'bandwidth' must have shape [{width}], got {list(bandwidth.shape)}"
+        )
+    message = f"{owner}: argument 'bandwidth' must be positive"
+    checks = active_checks()
+    if checks is not None:
+        checks.record(ValueError, message + ", and a batch's was not", (bandwidth <= 0).any())
+        return
+    low = float(bandwidth.detach().min())
+    if not low > 0:
+        raise ValueError(f"{message}, got minimum {low:.3g}")
+
+
 def nystrom_discriminant_information(
     x: Tensor,
     targets: Tensor,
@@ -595,6 +615,7 @@ def nystrom_discriminant_information(
     num_classes: int | None = None,
     sync_dist: bool = False,
     process_group: dist.ProcessGroup | None = None,
+    bandwidth: Tensor | None = None,
 ) -> Tensor:
     """NysDI, eq. (10) of the DI paper, straight from inputs and landmarks.
 
@@ -624,6 +645,11 @@ def nystrom_discriminant_information(
             :func:`discriminant_information`); the landmarks must be the same on every
             process.
         process_group: the group to reduce over (default: the world).
+        bandwidth (Tensor[D] | None): per-dimension scales ``sigma > 0`` (automatic
+            relevance determination): the kernel is evaluated on ``x * sigma`` and
+            ``landmarks * sigma``, after the inputs are widened to the kernel matrices'
+            dtype, so that narrow inputs keep their float64 precision; gradients reach
+            ``sigma``. ``None``: no scaling.
 
     Returns:
         Tensor[]: NysDI, in ``x``'s dtype.
@@ -635,6 +661,8 @@ def nystrom_discriminant_information(
     check_matrix(
         owner, "x", x, width=landmarks.shape[1], max_abs=data_limit(x), why=DISTANCE_OVERFLOW
     )
+    if bandwidth is not None:
+        _check_bandwidth(owner, bandwidth, landmarks.shape[1])
     rho = _check_rho(owner, rho)
     gamma = check_positive(owner, "gamma", gamma)
     spec = get_kernel(kernel, owner=owner)
@@ -654,8 +682,11 @@ def nystrom_discriminant_information(
         x = upcast(x)
         # Narrow inputs: the kernel matrices in float64 as well (cheap next to the Gram).
         dtype = kernel_dtype(x.dtype, x.shape[1], landmarks.shape[0])
-        z = upcast(landmarks).to(dtype)
-        g = spec.matrix(x.to(dtype), z, gamma)
+        z, wide = upcast(landmarks).to(dtype), x.to(dtype)
+        if bandwidth is not None:  # scaled in the kernel's dtype: no float32 rounding
+            sigma = upcast(bandwidth).to(dtype)
+            z, wide = z * sigma, wide * sigma
+        g = spec.matrix(wide, z, gamma)
         ridge = _landmark_ridge(z, spec, gamma, jitter, rho)
     # G^T C G + rho K_Z inherits K_Z's conditioning: every statistic in SOLVE_DTYPE, the
     # B x J gradient in G's dtype.

@@ -59,6 +59,10 @@ MODELS = {
         objective="ls",
         lr=3e-3,
     ),
+    "nystrom-ard-di": lambda: KernelClassifier(
+        NystromLayer(D, 20, gamma=0.7, ard=True, blocks=[[0, 1, 2, 3], [4, 5, 6, 7]]),
+        num_classes=CLASSES,
+    ),
     "fourier-ard-ce": lambda: KernelClassifier(
         FourierLayer(D, 24, gamma=0.3, ard=True, blocks=[[0, 1, 2, 3], [4, 5, 6, 7]]),
         num_classes=CLASSES,

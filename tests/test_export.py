@@ -26,6 +26,7 @@ LAYERS = {
     "fourier_ard_cossin": lambda: FourierLayer(6, 10, ard=True, features="cossin", seed=0),
     "nystrom": lambda: NystromLayer(6, 10, gamma=0.5, seed=0),
     "nystrom_rank": lambda: NystromLayer(6, 10, gamma=0.5, rank=4, seed=0),
+    "nystrom_ard": lambda: _nystrom_ard(),
 }
 #: Nystrom settings per kernel with a well-conditioned K_Z (float32 round-off in the
 #: features stays below the bar): (out_features, gamma).
@@ -34,6 +35,15 @@ NYSTROM_SETTINGS = {"linear": (4, 1.0), "polynomial": (6, 0.5), "skewed_chi2": (
 ONNX_ATOL = 1e-5
 ATOL = 1e-5
 OPSET = 18
+
+
+def _nystrom_ard() -> NystromLayer:
+    """An ARD Nystrom layer with blocks and bandwidths away from 1."""
+    layer = NystromLayer(6, 10, gamma=0.5, ard=True, blocks=[[0, 1, 2], [3, 4, 5]], seed=0)
+    assert layer.log_bandwidth is not None
+    with torch.no_grad():
+        layer.log_bandwidth.copy_(torch.tensor([0.4, -0.3]))
+    return layer
 
 
 def _inputs(rows: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,6 +62,7 @@ def _all_layers() -> dict[str, nn.Module]:
         out, gamma = NYSTROM_SETTINGS.get(kernel, (10, 0.5))
         layers[f"nystrom-{kernel}"] = NystromLayer(6, out, kernel=kernel, gamma=gamma, seed=0)
     layers["nystrom-rank"] = NystromLayer(6, 10, gamma=0.5, rank=4, seed=0)
+    layers["nystrom-ard-blocks"] = _nystrom_ard()
     return layers
 
 
@@ -100,7 +111,7 @@ def test_torch_export_matches_eager(layer: nn.Module) -> None:
     torch.testing.assert_close(exported(x2), layer(x2), atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["fourier", "fourier_ard_cossin", "nystrom"])
+@pytest.mark.parametrize("name", ["fourier", "fourier_ard_cossin", "nystrom", "nystrom_ard"])
 def test_torch_compile_full_graph_forward_and_backward(name: str) -> None:
     """Training mode: no graph break (fullgraph=True) and eager's gradients."""
     torch._dynamo.reset()

@@ -216,6 +216,11 @@ class TestFourierSkewedContract(LayerContract):
         )
 
 
+class TestNystromARDContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(NystromLayer, {"ard": True, "blocks": [2, 3], **kwargs})
+
+
 class TestNystromCauchyContract(LayerContract):
     def make_layer(self, **kwargs: object) -> torch.nn.Module:
         return _build(NystromLayer, {"kernel": "cauchy", **kwargs})

@@ -79,6 +79,12 @@ def test_callback_draws_the_run(tmp_path: Path, make_trainer: Callable[..., L.Tr
     )
     trainer.fit(ard, DigitsDataModule(batch_size=400))
     assert (Path(trainer.log_dir) / "bandwidths.png").is_file()
+    nystrom_ard = KernelClassifier(NystromLayer(64, 50, gamma=0.02, ard=True), num_classes=10)
+    trainer = make_trainer(
+        max_epochs=1, logger=CSVLogger(tmp_path, name="nystrom_ard"), callbacks=[KernelPlots()]
+    )
+    trainer.fit(nystrom_ard, DigitsDataModule(batch_size=400))
+    assert (Path(trainer.log_dir) / "bandwidths.png").is_file()
 
 
 def test_callback_adds_the_pictures_to_tensorboard(

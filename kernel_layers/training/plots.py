@@ -3,7 +3,8 @@
 * :func:`plot_curves` reads a ``CSVLogger`` ``metrics.csv`` and draws the epoch DI, the
   learning rate and the validation accuracy against the epoch.
 * :func:`plot_landmarks` draws Nyström landmarks of image data as a grid of images.
-* :func:`plot_bandwidths` draws a histogram of an ARD ``FourierLayer``'s bandwidths.
+* :func:`plot_bandwidths` draws a histogram of an ARD layer's bandwidths
+  (``FourierLayer`` or ``NystromLayer``).
 * :class:`KernelPlots` (a callback) keeps the landmarks a fit starts from and, when it
   ends, draws them beside the learned ones (and the bandwidths) into the log directory,
   and to TensorBoard when that logger is used.
@@ -212,7 +213,7 @@ class KernelPlots(Callback):
 
     Keeps the landmarks the fit starts from (after ``KernelClassifier`` initialised them
     from data), then writes ``curves.png`` (with a CSV logger), ``landmarks.png`` (image
-    data) and ``bandwidths.png`` (ARD Fourier layers); with a TensorBoard logger the
+    data) and ``bandwidths.png`` (ARD layers, Fourier or Nystrom); with a TensorBoard logger the
     pictures are also added to it.
 
     Args:
