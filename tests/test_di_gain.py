@@ -28,3 +28,15 @@ def test_di_gain_reports_untrained_and_trained_accuracy_per_gamma(tmp_path: Path
         assert 0.3 < row["untrained"] < 1.0
     # On digits DI training of 24 landmarks helps at either bandwidth.
     assert all(row["gain"] > 0.01 for row in rows), rows
+
+
+def test_ard_learns_bandwidths_from_the_same_untrained_map() -> None:
+    args = [
+        *("--dataset", "digits", "--gammas", "0.05", "--dims", "24", "--rows", "1000"),
+        *("--batch", "200", "--epochs", "4", "--every", "4", "--lr", "0.05"),
+    ]
+    plain, ard = di_gain.main(args)[0], di_gain.main([*args, "--ard"])[0]
+    assert ard["ard"] is True and plain["ard"] is False
+    assert ard["untrained"] == plain["untrained"]  # every bandwidth starts at 1
+    assert ard["trained"] != plain["trained"]  # the bandwidths trained
+    assert ard["gain"] > 0.01
