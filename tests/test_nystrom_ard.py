@@ -101,7 +101,7 @@ def test_layer_nysdi_equals_di_of_its_features_and_numpy() -> None:
     y = ref.onehot_unit(labels.numpy(), 3)
     assert nysdi == pytest.approx(ref.di(features, y, 1e-3), rel=1e-9)
     assert nysdi == pytest.approx(
-        float(discriminant_information(layer(x), labels, rho=1e-3)), rel=1e-9
+        float(discriminant_information(layer(x), labels, rho=1e-3).detach()), rel=1e-9
     )
     sigma = np.exp(np.linspace(-0.7, 0.9, 4))
     xs, zs = x.numpy() * sigma, layer.landmarks.detach().numpy() * sigma
