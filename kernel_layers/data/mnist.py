@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from kernel_layers.data import readers
+from kernel_layers.data.augment import draw_shift_flip, shift_flip, step_generator
 from kernel_layers.data.base import (
     DEFAULT_VAL_FRACTION,
     ArrayDataModule,
@@ -63,6 +64,8 @@ class _IDXDataModule(ArrayDataModule):
         seed: int = 0,
         shuffle: bool = True,
         drop_last: bool = True,
+        augment_shift: int = 0,
+        augment_flip: bool = False,
     ) -> None:
         super().__init__(
             batch_size=batch_size,
@@ -82,11 +85,34 @@ class _IDXDataModule(ArrayDataModule):
             )
         self._check_bool("flatten", flatten)
         self._check_bool("download", download)
+        self._check_int("augment_shift", augment_shift, 0)
+        self._check_bool("augment_flip", augment_flip)
+        if augment_shift >= min(MNIST_IMAGE_SHAPE[1:]):
+            raise ValueError(
+                f"{self._name}: argument 'augment_shift' must be below the image side "
+                f"{min(MNIST_IMAGE_SHAPE[1:])}, got {augment_shift}"
+            )
+        self.augment_shift = augment_shift
+        self.augment_flip = augment_flip
         self.root = Path(root)
         self.flatten = flatten
         self.download = download
         self.input_shape = (self.in_features,) if flatten else MNIST_IMAGE_SHAPE
         self.save_hyperparameters()
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Training batches only: each image shifted by up to ``augment_shift`` pixels per
+        axis and, with ``augment_flip``, mirrored left-right with probability 1/2, on the
+        batch's device. The draws are seeded by ``(seed, global step, rank)``: a run
+        resumed from a checkpoint augments exactly as the uninterrupted run."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or not trainer.training or not (self.augment_shift or self.augment_flip):
+            return batch
+        x = batch[0]
+        generator = step_generator(self.seed, trainer.global_step, trainer.global_rank)
+        params = draw_shift_flip(x.shape[0], self.augment_shift, self.augment_flip, generator)
+        images = shift_flip(x.reshape(x.shape[0], *MNIST_IMAGE_SHAPE), params)
+        return [images.reshape(x.shape), *batch[1:]]
 
     @property
     def raw_folder(self) -> Path:
@@ -196,6 +222,10 @@ class MNISTDataModule(_IDXDataModule):
         seed: seed of the validation split.
         shuffle: shuffle training batches.
         drop_last: drop the incomplete last training batch.
+        augment_shift: training images shifted by a random ``[-s, s]`` pixels per axis
+            (zeros move in), drawn per image and step; ``0`` (default): no shifts.
+        augment_flip: training images mirrored left-right with probability 1/2 (for
+            Fashion-MNIST's clothes, not for digits).
 
     Raises:
         DatasetNotFoundError: (from :meth:`prepare_data` / :meth:`setup`) no files and no
