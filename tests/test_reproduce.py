@@ -127,13 +127,16 @@ def test_incumbent_row_and_resume(tmp_path: Path) -> None:
     first = reproduce.main([*common, "--methods", "incumbent", "--repeats", "1"])
     (row,) = first
     assert row["method"] == "sklearn-nystroem" and row["seconds"] > 0
-    # the same pipeline by hand, on the same scaled data and seed
+    # the same pipeline by hand, on the same scaled data (in float64, which spares
+    # LinearSVC its float64 copy of the features) and seed
     dm = reproduce.make_datamodule("digits", 16, root=None)
     dm.setup("fit")
     (xtr, ytr), (xte, yte) = dm.train_dataset.tensors, dm.test_dataset.tensors
-    ny = Nystroem(gamma=row["gamma"], n_components=16, random_state=0).fit(xtr.numpy())
-    svm = LinearSVC(random_state=0).fit(ny.transform(xtr.numpy()), ytr.numpy())
-    expected = (svm.predict(ny.transform(xte.numpy())) == yte.numpy()).mean()
+    xtr64, xte64 = xtr.double().numpy(), xte.double().numpy()
+    ny = Nystroem(gamma=row["gamma"], n_components=16, random_state=0).fit(xtr64)
+    assert ny.transform(xtr64).dtype == np.float64
+    svm = LinearSVC(random_state=0).fit(ny.transform(xtr64), ytr.numpy())
+    expected = (svm.predict(ny.transform(xte64)) == yte.numpy()).mean()
     assert row["svm_test_acc"] == pytest.approx(expected, abs=1e-12)
     assert 0.3 < row["test_acc"] <= 1.0  # the ridge head on its features
     again = reproduce.main(
