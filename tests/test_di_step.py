@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,11 @@ def test_main_writes_rows(tmp_path: Path) -> None:
     assert [(r["layer"], r["J"]) for r in data["steps"]] == [("fourier", 40), ("nystrom", 40)]
     for row in data["steps"]:
         assert row["ours_ms"] > 0 and row["floor_ms"] > 0 and row["ratio"] > 0
+    fourier, nystrom = data["steps"]
+    # The float64 floor is Nystrom's (NysDI's precision rule), absent (NaN) for Fourier.
+    assert math.isnan(fourier["floor64_ms"]) and math.isnan(fourier["floor64_ratio"])
+    assert nystrom["floor64_ms"] > 0 and nystrom["floor64_ratio"] > 0
+    assert nystrom["ours_floor64_ratio"] > 0
     assert [r["layer"] for r in data["agreement"]] == ["fourier", "nystrom"]
 
 
