@@ -29,7 +29,6 @@ import inspect
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,10 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from kernel_layers.allocator import allocator_configured_by_user, keep_freed_host_memory
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
+from kernel_layers.training import entry
 from kernel_layers.training.module import KernelClassifier
 from kernel_layers.training.predictions import PredictionWriter
+from kernel_layers.training.recipe_files import list_recipes, recipe_path
 
 __all__ = [
     "KernelLayersCLI",
@@ -55,8 +56,6 @@ __all__ = [
     "resolve_config_args",
 ]
 
-#: The package that ships the recipes (the repository's ``recipes/`` folder).
-RECIPES_PACKAGE = "kernel_layers.recipes"
 #: Commands of ``kernel-layers`` besides LightningCLI's, shown in ``--help``.
 EXTRA_COMMANDS = """other commands:
   kernel-layers recipes             list the shipped recipes (use one as --config NAME)
@@ -65,32 +64,6 @@ EXTRA_COMMANDS = """other commands:
 
 --ckpt_path: a checkpoint whose saved hyper-parameters differ from the configuration is an
 error naming both values; the configuration is never silently replaced."""
-
-
-# ---------------------------------------------------------------------------- recipes
-def list_recipes() -> dict[str, str]:
-    """The shipped recipes: name -> the first line of its header comment."""
-    recipes: dict[str, str] = {}
-    for entry in sorted(resources.files(RECIPES_PACKAGE).iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            first = entry.read_text().splitlines()[0] if entry.read_text() else ""
-            recipes[entry.name.removesuffix(".yaml")] = first.lstrip("# ").strip()
-    return recipes
-
-
-def recipe_path(name: str) -> Path:
-    """The installed file of the recipe ``name`` (``"quickstart"`` or ``"quickstart.yaml"``).
-
-    Raises:
-        ValueError: no shipped recipe has that name (the message lists them).
-    """
-    stem = name.removesuffix(".yaml")
-    if stem not in list_recipes():
-        raise ValueError(
-            f"kernel-layers: argument '--config' must be a file or one of the shipped "
-            f"recipes {sorted(list_recipes())}, got {name!r}"
-        )
-    return Path(str(resources.files(RECIPES_PACKAGE) / f"{stem}.yaml"))
 
 
 def resolve_config_args(argv: Sequence[str]) -> list[str]:
@@ -138,20 +111,6 @@ def check_j_set_once(argv: Sequence[str]) -> None:
             "kernel-layers: J is set once, as --model.kernel_layer.init_args.out_features "
             "(the data's num_features is linked from it); remove " + "; ".join(given)
         )
-
-
-def _recipes_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="kernel-layers recipes", description="List the shipped recipes."
-    )
-    parser.parse_args(argv)
-    recipes = list_recipes()
-    width = max(map(len, recipes))
-    for name, summary in recipes.items():
-        print(f"{name:<{width}}  {summary}")
-    folder = recipe_path(next(iter(recipes))).parent
-    print(f"\nrun one with: kernel-layers fit --config NAME   (files in {folder})")
-    return 0
 
 
 # ----------------------------------------------------------------------- config saving
@@ -429,7 +388,7 @@ def main(args: list[str] | None = None) -> None:
     if argv[:1] == ["select-gamma"]:
         raise SystemExit(_select_gamma(argv[1:]))
     if argv[:1] == ["recipes"]:
-        raise SystemExit(_recipes_command(argv[1:]))
+        raise SystemExit(entry.recipes_command(argv[1:]))
     if argv[:1] == ["plot"]:
         raise SystemExit(_plot_command(argv[1:]))
     try:

@@ -1,0 +1,37 @@
+"""The ``kernel-layers`` console script: commands that need no model answer before
+torch and Lightning are imported (``kernel-layers recipes`` in a fraction of a second
+instead of seconds); everything else goes to :func:`kernel_layers.training.cli.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main", "recipes_command"]
+
+
+def recipes_command(argv: list[str]) -> int:
+    """``kernel-layers recipes``: print the shipped recipes; returns the exit status."""
+    from kernel_layers.training.recipe_files import print_recipes
+
+    parser = argparse.ArgumentParser(
+        prog="kernel-layers recipes", description="List the shipped recipes."
+    )
+    parser.parse_args(argv)
+    print_recipes()
+    return 0
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``kernel-layers`` console script.
+
+    Args:
+        args: the command line without the program name (default: ``sys.argv[1:]``).
+    """
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["recipes"]:
+        raise SystemExit(recipes_command(argv[1:]))
+    from kernel_layers.training import cli
+
+    cli.main(args)
