@@ -46,6 +46,58 @@ def test_small_cnn_shapes_and_errors() -> None:
         cnn(torch.rand(3, 784))
 
 
+def test_small_cnn_plain_keys_unchanged_by_the_options() -> None:
+    # checkpoints written before `dropout` / `batch_norm` existed still load
+    plain = ["features.0.weight", "features.0.bias", "features.3.weight", "features.3.bias"]
+    plain += ["project.0.weight", "project.0.bias"]
+    assert list(SmallCNN(1, 8, width=4).state_dict()) == plain
+    assert list(SmallCNN(1, 8, width=4, dropout=0.5).state_dict()) == plain
+    normed = SmallCNN(1, 8, width=4, batch_norm=True)
+    convs = [m for m in normed.features if isinstance(m, nn.Conv2d)]
+    norms = [m for m in normed.features if isinstance(m, nn.BatchNorm2d)]
+    assert [c.bias for c in convs] == [None, None]
+    assert [n.num_features for n in norms] == [4, 8]
+
+
+def test_small_cnn_dropout_acts_in_training_only() -> None:
+    torch.manual_seed(0)
+    x = torch.rand(6, 1, 12, 12)
+    plain = SmallCNN(1, 8, width=4)
+    dropped = SmallCNN(1, 8, width=4, dropout=0.5)
+    dropped.load_state_dict(plain.state_dict())
+    plain.eval(), dropped.eval()
+    assert torch.equal(dropped(x), plain(x))
+    dropped.train()
+    torch.manual_seed(1)
+    pooled = dropped.features(x)
+    kept = pooled != 0
+    assert 0 < kept.float().mean() < 1  # some features dropped, some kept
+    plain_pooled = plain.features(x)
+    torch.testing.assert_close(pooled[kept], 2 * plain_pooled[kept])  # scaled by 1 / (1 - p)
+
+
+def test_small_cnn_batch_norm_normalises_each_channel() -> None:
+    torch.manual_seed(0)
+    cnn = SmallCNN(1, 8, width=4, batch_norm=True).train()
+    x = 5 + 3 * torch.rand(16, 1, 12, 12)
+    conv, norm = cnn.features[0], cnn.features[1]
+    assert isinstance(norm, nn.BatchNorm2d)
+    out = norm(conv(x)).double()
+    torch.testing.assert_close(
+        out.mean((0, 2, 3)), torch.zeros(4, dtype=torch.float64), atol=1e-5, rtol=0
+    )
+    torch.testing.assert_close(
+        out.var((0, 2, 3), unbiased=False), torch.ones(4, dtype=torch.float64), atol=1e-3, rtol=0
+    )
+    assert cnn(x).shape == (16, 8)
+    with pytest.raises(
+        ValueError, match=r"SmallCNN: argument 'dropout' must be in \[0, 1\), got 1.0"
+    ):
+        SmallCNN(1, 8, dropout=1.0)
+    with pytest.raises(TypeError, match="SmallCNN: argument 'batch_norm' must be a bool, got 1"):
+        SmallCNN(1, 8, batch_norm=1)  # type: ignore[arg-type]
+
+
 def test_resnet18_backbone_for_grayscale() -> None:
     net = resnet18_backbone(1)
     assert isinstance(net, ResNet18Backbone) and net.out_features == 512

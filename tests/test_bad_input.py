@@ -104,6 +104,13 @@ KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
         ("complex", 1j, TypeError),
     ],
     "bool": [("int", 1, TypeError), ("str", "yes", TypeError), ("None", None, TypeError)],
+    "fraction[0,1)": [
+        ("str", "0.5", TypeError),
+        ("bool", True, TypeError),
+        ("negative", -0.1, ValueError),
+        ("one", 1.0, ValueError),
+        ("nan", NAN, ValueError),
+    ],
     "choice": [("unknown", "bogus", ValueError), ("int", 3, TypeError)],
     "seed": [
         ("float", 1.5, TypeError),
@@ -206,7 +213,13 @@ ENTRIES: list[Entry] = [
         "SmallCNN",
         SmallCNN,
         {"in_channels": 1, "out_features": 8},
-        {"in_channels": ["int>=1"], "out_features": ["int>=1"], "width": ["int>=1"]},
+        {
+            "in_channels": ["int>=1"],
+            "out_features": ["int>=1"],
+            "width": ["int>=1"],
+            "dropout": ["fraction[0,1)"],
+            "batch_norm": ["bool"],
+        },
     ),
     Entry(
         "discriminant_information",

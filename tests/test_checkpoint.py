@@ -4,6 +4,7 @@ rebuilds the layer, backbone, objective and read-out, with bit-identical scores.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pytest
@@ -113,16 +114,21 @@ def test_float64_layer_is_rebuilt_in_float64(tmp_path: Path) -> None:
     assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
 
 
-def test_backbone_given_by_its_settings_is_rebuilt(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "options", [{}, {"dropout": 0.25, "batch_norm": True}], ids=["plain", "dropout-bn"]
+)
+def test_backbone_given_by_its_settings_is_rebuilt(tmp_path: Path, options: dict[str, Any]) -> None:
     torch.manual_seed(0)
+    backbone = SmallCNN(1, 16, width=4, **options)
     model = KernelClassifier(
-        NystromLayer(16, 12, gamma=0.5), backbone=SmallCNN(1, 16, width=4), num_classes=CLASSES
+        NystromLayer(16, 12, gamma=0.5), backbone=backbone, num_classes=CLASSES
     )
     dm = _data(image=True)
     path = tmp_path / "cnn.ckpt"
     _fit_and_save(model, path, dm)
     loaded = KernelClassifier.load_from_checkpoint(path)
     assert isinstance(loaded.backbone, SmallCNN) and loaded.backbone.width == 4
+    assert loaded.backbone.get_config() == backbone.get_config()
     dm.setup()
     x = dm.test_dataset.tensors[0]
     assert torch.equal(_scores(loaded, x), _scores(model, x))

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from kernel_layers._validation import check_int
+from kernel_layers._validation import check_bool, check_fraction, check_int
 from kernel_layers.training.module import KernelClassifier
 
 __all__ = [
@@ -39,32 +39,48 @@ class SmallCNN(nn.Module):
     keeps the features in ``[-1, 1]``, so a Gaussian kernel's ``gamma`` (about
     ``1 / out_features``) stays sensible however the backbone trains. Any input size of at
     least ``4 x 4`` works (28x28 MNIST / Fashion-MNIST: 105k parameters at the defaults).
+    Two optional regularisers: ``batch_norm`` puts a ``BatchNorm2d`` between each conv
+    (then without bias) and its ReLU; ``dropout`` zeroes the pooled ``32 width`` features
+    with that probability before the linear layer (training only). At their defaults the
+    module and its state-dict keys are the plain network's.
 
     Args:
         in_channels: input channels ``C`` (1 for grayscale).
         out_features: feature width ``D`` (the kernel layer's ``in_features``).
         width: channels of the first conv block (the second has ``2 width``).
+        dropout: drop probability in ``[0, 1)`` before the linear layer (``0``: none).
+        batch_norm: batch normalisation after each convolution.
 
     Shape:
         x (Tensor[B, C, H, W]) -> Tensor[B, out_features].
     """
 
-    def __init__(self, in_channels: int = 1, out_features: int = 128, *, width: int = 32) -> None:
+    def __init__(
+        self,
+        in_channels: int = 1,
+        out_features: int = 128,
+        *,
+        width: int = 32,
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+    ) -> None:
         super().__init__()
         owner = type(self).__name__
         self.in_channels = check_int(owner, "in_channels", in_channels)
         self.out_features = check_int(owner, "out_features", out_features)
         self.width = check_int(owner, "width", width)
-        self.features = nn.Sequential(
-            nn.Conv2d(self.in_channels, width, 3, padding=1),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(2),
-            nn.AdaptiveAvgPool2d(4),
-            nn.Flatten(),
-        )
+        self.dropout = check_fraction(owner, "dropout", dropout, include_zero=True)
+        self.batch_norm = check_bool(owner, "batch_norm", batch_norm)
+        layers: list[nn.Module] = []
+        for c_in, c_out in ((self.in_channels, width), (width, 2 * width)):
+            layers.append(nn.Conv2d(c_in, c_out, 3, padding=1, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(c_out))
+            layers += [nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+        layers += [nn.AdaptiveAvgPool2d(4), nn.Flatten()]
+        if self.dropout > 0.0:
+            layers.append(nn.Dropout(self.dropout))  # after every parameter: keys unchanged
+        self.features = nn.Sequential(*layers)
         self.project = nn.Sequential(nn.Linear(32 * width, self.out_features), nn.Tanh())
 
     def get_config(self) -> dict[str, object]:
@@ -73,6 +89,8 @@ class SmallCNN(nn.Module):
             "in_channels": self.in_channels,
             "out_features": self.out_features,
             "width": self.width,
+            "dropout": self.dropout,
+            "batch_norm": self.batch_norm,
         }
 
     def forward(self, x: Tensor) -> Tensor:
