@@ -6,7 +6,11 @@ one triangle only; on the machine measured it forms the ``[1000, 1000]`` Gram of
 ``[2000, 1000]`` matrix in 41 ms (float64) and 22 ms (float32), against 75 ms / 36 ms
 for a block-triangular product in PyTorch and 86 ms / 45 ms for the full product. Its
 LAPACK ``?potrf`` factorises a float64 ``[1000, 1000]`` matrix in 10.2 ms against
-13.1 ms for ``torch.linalg.cholesky_ex`` (one thread each, benchmarks/README.md).
+13.1 ms for ``torch.linalg.cholesky_ex`` (one thread each, benchmarks/README.md). Where
+PyTorch runs AVX-512 kernels its own LAPACK (MKL in the x86 wheels) is the faster one
+(7.7 ms against 10.2 ms on an AVX-512 Xeon, 2026-11-25), so the host Cholesky serves
+the other CPUs only (:func:`host_cholesky_preferred`); the host ``syrk`` wins on both
+(15.0 ms against 23.3 ms for PyTorch's full float32 product there).
 
 Both serve DI's forward pass only (inside a custom autograd function, no graph), and
 only while PyTorch runs one intra-op thread (``torch.set_num_threads(1)``, as in
@@ -26,7 +30,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["HOST_CHOLESKY_MIN_SIZE", "HOST_SYRK_MIN_WORK", "host_cholesky_ex", "host_lower_gram"]
+__all__ = [
+    "HOST_CHOLESKY_MIN_SIZE",
+    "HOST_SYRK_MIN_WORK",
+    "host_cholesky_ex",
+    "host_cholesky_preferred",
+    "host_lower_gram",
+]
 
 #: Below this many multiply-adds (``rows * width**2``) PyTorch's own product is used:
 #: the host call's fixed cost (tens of microseconds) would outweigh what it saves.
@@ -62,6 +72,17 @@ def _potrf(dtype: torch.dtype) -> Any:
     from scipy.linalg import lapack
 
     return lapack.spotrf if dtype == torch.float32 else lapack.dpotrf
+
+
+@functools.cache
+def host_cholesky_preferred() -> bool:
+    """Whether SciPy's ``?potrf`` beats ``torch.linalg.cholesky_ex`` on this CPU: not
+    where PyTorch dispatches AVX-512 kernels (measured, float64, one thread, orders
+    500 / 1000 / 2000: 1.67 / 10.15 / 78.0 ms for the host routine against 1.14 / 7.72 /
+    53.1 ms for PyTorch's on an AVX-512 Xeon; on an earlier machine 1.6 / 10.2 / 69 ms
+    against 2.1 / 13.1 / 92 ms). Decided once per process from the CPU alone, so that
+    every run on a machine takes the same path (bit-for-bit reproducible)."""
+    return torch.backends.cpu.get_cpu_capability() != "AVX512"
 
 
 def _eligible(a: Tensor) -> bool:
@@ -117,7 +138,8 @@ def host_lower_gram(a: Tensor) -> Tensor | None:
 
 def host_cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor] | None:
     """``torch.linalg.cholesky_ex(matrix)`` by the host LAPACK, or ``None`` when not
-    applicable (see :func:`host_lower_gram`).
+    applicable (see :func:`host_lower_gram`) or not the faster routine on this CPU
+    (:func:`host_cholesky_preferred`).
 
     Reads the lower triangle only, like PyTorch's. A non-finite pivot counts as a
     failure (``info`` = its 1-based index), as in PyTorch: the host routine itself
@@ -132,7 +154,7 @@ def host_cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor] | None:
     """
     if not _eligible(matrix) or matrix.shape[0] != matrix.shape[1]:
         return None
-    if matrix.shape[0] < HOST_CHOLESKY_MIN_SIZE:
+    if matrix.shape[0] < HOST_CHOLESKY_MIN_SIZE or not host_cholesky_preferred():
         return None
     with _host_threads():
         factor, info = _potrf(matrix.dtype)(matrix.detach().numpy(), lower=1, clean=1)

@@ -167,7 +167,8 @@ DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 def cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor]:
     """``torch.linalg.cholesky_ex(matrix)``; on the CPU outside autograd by the host
-    LAPACK (:func:`~kernel_layers._host_blas.host_cholesky_ex`, about 25 % faster).
+    LAPACK where that is the faster one (:func:`~kernel_layers._host_blas.host_cholesky_ex`:
+    about 25 % faster on CPUs without AVX-512, about 30 % slower with it).
 
     Args:
         matrix (Tensor[n, n]): symmetric matrix (its lower triangle is read).

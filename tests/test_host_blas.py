@@ -88,7 +88,7 @@ def test_host_lower_gram_restores_the_blas_thread_pools() -> None:
     assert _blas_threads() == before
 
 
-def test_host_kernels_stand_aside_when_pytorch_runs_several_threads() -> None:
+def test_host_kernels_stand_aside_when_pytorch_runs_several_threads(host_potrf: None) -> None:
     from kernel_layers._host_blas import host_cholesky_ex
 
     a = torch.randn(700, 300, dtype=torch.float64)
@@ -123,6 +123,28 @@ def test_host_lower_gram_leaves_cuda_tensors_to_pytorch() -> None:
     assert host_lower_gram(torch.randn(700, 300, device="cuda")) is None
 
 
+@pytest.fixture
+def host_potrf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host Cholesky taken whatever this CPU prefers (the tests check its results)."""
+    monkeypatch.setattr("kernel_layers._host_blas.host_cholesky_preferred", lambda: True)
+
+
+@pytest.mark.parametrize(("capability", "host"), [("AVX512", False), ("AVX2", True)])
+def test_host_cholesky_serves_cpus_without_avx512_only(
+    monkeypatch: pytest.MonkeyPatch, capability: str, host: bool
+) -> None:
+    from kernel_layers import _host_blas
+
+    _host_blas.host_cholesky_preferred.cache_clear()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    try:
+        assert _host_blas.host_cholesky_preferred() is host
+        result = _host_blas.host_cholesky_ex(_spd(300, torch.float64, 1))
+        assert (result is not None) is host
+    finally:
+        _host_blas.host_cholesky_preferred.cache_clear()
+
+
 def _spd(order: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(order + 50, order, dtype=torch.float64, generator=gen)
@@ -132,7 +154,7 @@ def _spd(order: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("layout", ["row", "column"])
 def test_host_cholesky_matches_numpy_and_zeroes_the_upper_triangle(
-    dtype: torch.dtype, layout: str
+    dtype: torch.dtype, layout: str, host_potrf: None
 ) -> None:
     from kernel_layers._host_blas import host_cholesky_ex
 
@@ -148,7 +170,7 @@ def test_host_cholesky_matches_numpy_and_zeroes_the_upper_triangle(
     assert np.all(np.triu(factor.numpy(), 1) == 0)
 
 
-def test_host_cholesky_reports_failures_like_pytorch() -> None:
+def test_host_cholesky_reports_failures_like_pytorch(host_potrf: None) -> None:
     from kernel_layers._host_blas import host_cholesky_ex
 
     for order in (3, 150, 299):  # not positive definite at this (0-based) row
@@ -164,7 +186,7 @@ def test_host_cholesky_reports_failures_like_pytorch() -> None:
     assert int(result[1]) == 121 == int(torch.linalg.cholesky_ex(s).info)
 
 
-def test_host_cholesky_declines_small_and_differentiable_inputs() -> None:
+def test_host_cholesky_declines_small_and_differentiable_inputs(host_potrf: None) -> None:
     from kernel_layers._host_blas import HOST_CHOLESKY_MIN_SIZE, host_cholesky_ex
 
     assert host_cholesky_ex(_spd(HOST_CHOLESKY_MIN_SIZE - 1, torch.float64, 9)) is None
