@@ -57,7 +57,11 @@ def _faults(mode: str) -> float:
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
 def test_freed_memory_is_reused_without_page_faults():
-    default, keep = _faults("default"), _faults("keep")
+    # glibc's dynamic mmap threshold makes the default's count vary from run to run
+    # (2026-11-25, 16 runs: 0.05 to 2066 a step, 3 of them under 200), so the worst of
+    # three default runs is compared with the worst of two runs keeping freed memory.
+    default = max(_faults("default") for _ in range(3))
+    keep = max(_faults("keep") for _ in range(2))
     assert default > 200
     assert keep < default / 10
 
