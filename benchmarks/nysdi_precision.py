@@ -19,9 +19,9 @@ import torch
 from sklearn.datasets import load_digits
 
 from kernel_layers import nystrom_discriminant_information
-from kernel_layers._linalg import landmark_gram
+from kernel_layers._linalg import landmark_gram, robust_cholesky
 from kernel_layers.kernels import gaussian_kernel, get_kernel
-from kernel_layers.objectives import _DIFunction, encode_targets
+from kernel_layers.objectives import encode_targets
 
 RHO = 1e-4
 JITTER = 1e-10
@@ -38,10 +38,20 @@ def pinv_reference(x: np.ndarray, labels: np.ndarray, z: np.ndarray, gamma: floa
 
 
 def float32_gram(x: torch.Tensor, labels: torch.Tensor, z: torch.Tensor, gamma: float) -> float:
-    y, scale = encode_targets(labels, len(labels))
+    """Eq. (10) with ``G^T C G + rho K_Z`` formed in float32, then factorised and solved in
+    float64 (the Cholesky adds a growing jitter when the float32 matrix is not positive
+    definite). Written out here: the library's own float32 DI path would notice the
+    coarse Gram and redo it in float64."""
+    y, _ = encode_targets(labels, len(labels))
+    y = y / y.sum(0).sqrt()
     g = gaussian_kernel(x, z, gamma)
     k_z = landmark_gram(z, get_kernel("gaussian"), gamma, JITTER).float()
-    return _DIFunction.apply(g, y, RHO * k_z, RHO, scale, False, "float32 Gram").item()
+    g_c, y_c = g - g.mean(0), y - y.mean(0)
+    s = (g_c.mT @ g_c + RHO * k_z).double()
+    cross = g_c.double().mT @ y_c.double()
+    factor = robust_cholesky(s, owner="float32 Gram")
+    w = torch.linalg.solve_triangular(factor, cross, upper=False)
+    return float((w * w).sum())
 
 
 def main() -> None:

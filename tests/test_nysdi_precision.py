@@ -1,0 +1,44 @@
+"""The NysDI precision benchmark (benchmarks/nysdi_precision.py) measures what it says."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from kernel_layers import nystrom_discriminant_information
+
+nysdi_precision = pytest.importorskip("nysdi_precision")
+
+
+def _digits(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x_np, labels_np = load_digits(return_X_y=True)
+    x = torch.tensor(x_np / 16.0)
+    z = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:n]]
+    return x, torch.tensor(labels_np), z
+
+
+def test_the_float32_gram_column_forms_the_gram_in_float32() -> None:
+    """Written out, not through the library's float32 DI path (which would notice the
+    coarse Gram and redo it in float64, as it once silently did here): far from float64."""
+    x, labels, z = _digits(200)
+    ref = nystrom_discriminant_information(
+        x, labels, z, gamma=0.005, jitter=nysdi_precision.JITTER
+    ).item()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the jitter escalation
+        gram32 = nysdi_precision.float32_gram(x.float(), labels, z.float(), 0.005)
+    assert abs(gram32 - ref) / ref > 1e-3
+
+
+def test_the_float32_gram_column_is_eq_10_when_the_gram_is_exact() -> None:
+    """The same function on float64 inputs is eq. (10) (the pseudo-inverse reference)."""
+    x, labels, z = _digits(60)
+    gamma = 0.02
+    pinv = nysdi_precision.pinv_reference(x.numpy(), labels.numpy(), z.numpy(), gamma)
+    # float64 inputs: every product in float64 (the function casts nothing down).
+    ours = nysdi_precision.float32_gram(x, labels, z, gamma)
+    np.testing.assert_allclose(ours, pinv, rtol=1e-6)  # pinv vs Cholesky at jitter 1e-10
