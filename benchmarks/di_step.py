@@ -56,6 +56,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -360,8 +361,11 @@ def peak_memory(
     env = dict(os.environ)
     if mmap_threshold is not None:
         env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
+    # This file's own folder, not the working directory's `benchmarks/`: the script runs
+    # from any directory.
+    here = str(Path(__file__).resolve().parent)
     code = (
-        "import sys; sys.path.insert(0, 'benchmarks'); from di_step import measure_peak;"
+        f"import sys; sys.path.insert(0, {here!r}); from di_step import measure_peak;"
         f"print(measure_peak('{layer}', {b}, {d}, {j}, '{device}', '{dtype}'))"
     )
     out = subprocess.run(

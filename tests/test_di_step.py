@@ -76,3 +76,12 @@ def test_agreement_on_mnist_files_draws_batch_and_landmarks_from_the_data(tmp_pa
         ("MNIST", 784),
         ("uniform", 54),
     ]
+
+
+def test_peak_memory_runs_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fresh subprocess finds this script wherever the user runs it from."""
+    monkeypatch.chdir(tmp_path)
+    peak = di_step.peak_memory("fourier", 64, 8, 16, "cpu", "float32")
+    assert math.isfinite(peak) and peak >= 0
