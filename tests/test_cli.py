@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -15,6 +16,7 @@ from formats import write_covtype, write_idx_images, write_idx_labels
 
 from kernel_layers import KernelClassifier
 from kernel_layers.training.cli import list_recipes, main
+from kernel_layers.training.entry import SIGPIPE_STATUS
 
 RECIPES = sorted((Path(__file__).parents[1] / "recipes").glob("*.yaml"))
 IDX = (
@@ -211,6 +213,29 @@ def test_console_script_lists_recipes_without_importing_torch_or_lightning() -> 
     assert "HEAVY []" in out
     for name in list_recipes():
         assert any(row.split()[:1] == [name] for row in out.splitlines()), name
+
+
+def test_console_script_stops_quietly_when_its_reader_leaves() -> None:
+    """``kernel-layers recipes | head -3``: no BrokenPipeError traceback, status 141."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from kernel_layers.training.entry import main; main()",
+                "recipes",
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == SIGPIPE_STATUS
 
 
 def test_bare_recipe_name_runs_from_any_directory(

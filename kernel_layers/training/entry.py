@@ -6,9 +6,14 @@ instead of seconds); everything else goes to :func:`kernel_layers.training.cli.m
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-__all__ = ["main", "recipes_command"]
+__all__ = ["SIGPIPE_STATUS", "main", "recipes_command"]
+
+#: Exit status when the reader closes the pipe early: 128 + SIGPIPE, as a shell reports
+#: for a command that SIGPIPE ended.
+SIGPIPE_STATUS = 141
 
 
 def recipes_command(argv: list[str]) -> int:
@@ -19,7 +24,15 @@ def recipes_command(argv: list[str]) -> int:
         prog="kernel-layers recipes", description="List the shipped recipes."
     )
     parser.parse_args(argv)
-    print_recipes()
+    try:
+        print_recipes()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left early (``kernel-layers recipes | head``): stop quietly, as
+        # command-line tools killed by SIGPIPE do, instead of a traceback; point stdout
+        # at devnull so that the interpreter's own flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
     return 0
 
 
