@@ -45,6 +45,7 @@ import tempfile
 import time
 import warnings
 from typing import Any
+from unittest import mock
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -103,11 +104,16 @@ class EpochClock(Callback):
 
 
 def build(recipe: str, extra: list[str]) -> KernelLayersCLI:
-    """The recipe's model, data module and trainer, as ``kernel-layers fit`` builds them."""
+    """The recipe's model, data module and trainer, as ``kernel-layers fit`` builds them.
+
+    The calling script's own command line is hidden from LightningCLI while it parses
+    ``args`` (it warns when it sees both).
+    """
     argv = resolve_config_args(["--config", recipe, *extra])
-    return KernelLayersCLI(
-        KernelClassifier, ArrayDataModule, subclass_mode_data=True, run=False, args=argv
-    )
+    with mock.patch.object(sys, "argv", sys.argv[:1]):
+        return KernelLayersCLI(
+            KernelClassifier, ArrayDataModule, subclass_mode_data=True, run=False, args=argv
+        )
 
 
 def steps_epoch(

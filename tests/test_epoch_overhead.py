@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "epoch_overhead.py"
 
@@ -26,3 +29,18 @@ def test_epoch_overhead_reports_the_recipe_epoch_and_its_parts(tmp_path: Path) -
     parts = row["train_batches_s"] + row["validation_s"] + row["rest_s"]
     assert abs(parts - row["epoch_s"]) < 1e-3
     assert abs(row["ratio"] - row["epoch_s"] / row["steps_s"]) < 0.01 * row["ratio"]
+
+
+def test_build_parses_its_arguments_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The script's own command line is not LightningCLI's: no "both args and command line"
+    warning, the recipe's arguments win, and ``sys.argv`` is left as it was."""
+    epoch_overhead = pytest.importorskip("epoch_overhead")
+    monkeypatch.chdir(tmp_path)
+    script_argv = ["epoch_overhead.py", "quickstart", "--epochs", "2"]
+    monkeypatch.setattr(sys, "argv", list(script_argv))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = epoch_overhead.build("quickstart", ["--trainer.max_epochs", "3"])
+    assert cli.trainer.max_epochs == 3
+    assert not [w for w in caught if "args parameter" in str(w.message)], caught
+    assert sys.argv == script_argv
