@@ -265,17 +265,64 @@ def _factor_if_fine(s: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
     return factor
 
 
+#: A float32 scatter with a scalar ridge is factorised, and solved, in float32 when the
+#: estimate of :data:`GRAM_PRECISION_LIMIT` is at most this, which saves the float64
+#: copy and half the factorisation's time (one float32 DI step of Fourier features at
+#: (B, D, J) = (1000, 54, 500) 16 % faster, at (4000, 784, 2000) 8 %). The float32
+#: factorisation's round-off is of the order of the float32 Gram's own: measured on
+#: float32 Fourier features of CovType rows (B 1000 / 2000, J 300 / 500 / 1000, gamma
+#: 0.003 to 3, 105 cases) it moved DI by at most 3.8e-6 relative where the estimate was
+#: at most 3e-4, by up to 3.8e-5 above; MNIST features and the CovType recipe's training
+#: stay below 1e-4. Above the limit the float64 factorisation is used; 0 turns this off.
+FLOAT32_FACTOR_LIMIT = 3e-4
+
+
+def _factor(scatter: Tensor, ridge: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
+    """The Cholesky factor of ``S = scatter + ridge``, a scatter formed in ``dtype``.
+
+    In float32 (``scatter``'s dtype) when the ridge is a scalar and the factor's
+    round-off estimate is within :data:`FLOAT32_FACTOR_LIMIT`; otherwise as
+    :func:`_factor_if_fine` decides on the float64 ``S`` (a float64 factor, or ``None``
+    when the Gram itself must be formed in float64).
+
+    Args:
+        scatter (Tensor[J, J]): ``Phi_c^T Phi_c`` (its lower triangle is read).
+        ridge (Tensor[] | Tensor[J, J]): ``rho`` or a ridge matrix.
+        dtype: the dtype the scatter was formed in.
+        owner: the caller's name for messages.
+
+    Returns:
+        Tensor[J, J] | None: the lower factor, in float32 or float64.
+    """
+    if (
+        FLOAT32_FACTOR_LIMIT > 0
+        and scatter.dtype == torch.float32
+        and ridge.ndim == 0
+        and not torch.compiler.is_compiling()
+        and active_checks() is None  # the decision reads the host
+    ):
+        s = scatter.clone()
+        s.diagonal().add_(ridge.to(s.dtype))
+        factor, info = cholesky_ex(s)
+        estimate = (
+            torch.finfo(s.dtype).eps * s.diagonal().amax() / factor.diagonal().square().amin()
+        )
+        if bool((info == 0) & (estimate <= FLOAT32_FACTOR_LIMIT)):
+            return factor
+    return _factor_if_fine(_regularised(scatter, ridge), dtype, owner)
+
+
 def _solve_primal(
     scatter: Tensor, cross: Tensor, ridge: Tensor, owner: str, factor: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """``DI = ||L^-1 M||^2`` and ``A = S^-1 M`` for ``S = scatter + ridge = L L^T``.
 
     ``ridge`` is a scalar (``rho``, added to the diagonal) or a ``[J, J]`` matrix;
-    ``factor`` is ``L`` when already computed.
+    ``factor`` is ``L`` when already computed (the solves run in its dtype).
     """
     if factor is None:
         factor = robust_cholesky(_regularised(scatter, ridge), owner=owner)
-    w = torch.linalg.solve_triangular(factor, cross.to(SOLVE_DTYPE), upper=False)
+    w = torch.linalg.solve_triangular(factor, cross.to(factor.dtype), upper=False)
     a = torch.linalg.solve_triangular(factor.mT, w, upper=True)
     return (w * w).sum(), a
 
@@ -384,7 +431,7 @@ class _DIFunction(torch.autograd.Function):
                 scatter, cross = packed[:, :width], packed[:, width:]
             total_ridge = rho64 if ridge is None else ridge
             # The global S is the same on every process, so all decide alike.
-            factor = _factor_if_fine(_regularised(scatter, total_ridge), phi_c.dtype, owner)
+            factor = _factor(scatter, total_ridge, phi_c.dtype, owner)
             if factor is None:  # too coarse in float32: redo the products in float64
                 wide, y_wide = phi_c.to(SOLVE_DTYPE), y_c.to(SOLVE_DTYPE)
                 scatter, cross = lower_gram(wide), wide.mT @ y_wide

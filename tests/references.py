@@ -117,3 +117,12 @@ KERNELS = {
     "linear": (lambda x, z, g: _sk("linear_kernel")(x, z), {}),
     "chi2": (lambda x, z, g: _sk("chi2_kernel")(x, z, gamma=g), {}),
 }
+
+
+def di_closed_gradient(features: np.ndarray, y: np.ndarray, rho: float) -> np.ndarray:
+    """Gradient of :func:`di` in closed form, ``2 (Y_c - Phi_c A) A^T`` with ``A =
+    (Phi_c^T Phi_c + rho I)^-1 Phi_c^T Y_c`` (float64, by ``np.linalg.solve``)."""
+    phi = np.asarray(features, dtype=np.float64)
+    pc, yc = phi - phi.mean(0), y - y.mean(0)
+    a = np.linalg.solve(pc.T @ pc + rho * np.eye(pc.shape[1]), pc.T @ yc)
+    return 2.0 * (yc - pc @ a) @ a.T

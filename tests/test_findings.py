@@ -138,21 +138,23 @@ def test_float32_di_of_nearly_rank_deficient_features_matches_float64(
 def test_well_conditioned_float32_features_keep_float32_products(monkeypatch) -> None:
     from kernel_layers import objectives
 
-    coarse = []
-    original = objectives._factor_if_fine
+    factors = []
+    original = objectives._factor
 
-    def spy(s, dtype, owner):
-        factor = original(s, dtype, owner)
-        coarse.append(factor is None)
+    def spy(scatter, ridge, dtype, owner):
+        factor = original(scatter, ridge, dtype, owner)
+        factors.append(None if factor is None else factor.dtype)
         return factor
 
-    monkeypatch.setattr(objectives, "_factor_if_fine", spy)
+    monkeypatch.setattr(objectives, "_factor", spy)
     dm = DigitsDataModule()
     x, y = dm.train_features()[:1000], dm.train_targets()[:1000]
     for layer in (FourierLayer(64, 300, gamma=0.02, seed=0), NystromLayer(64, 300, gamma=0.02)):
         with torch.no_grad():
             discriminant_information(layer(x), y)
-    assert coarse == [False, False]
+    # Both keep the float32 Gram (None would mean it was redone in float64); Fourier's
+    # round-off estimate also allows a float32 factor, the Nystrom features' does not.
+    assert factors == [torch.float32, torch.float64]
 
 
 # ------------------------------------------------------------- 4. silent truncation

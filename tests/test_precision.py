@@ -172,3 +172,62 @@ def test_float32_nysdi_on_narrow_inputs_matches_float64_reference(
         assert error < 1e-6
     else:  # measured: 3.8e-4
         assert error > 1e-5
+
+
+def _factor_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype | None]:
+    """Record the dtype of every factor DI's primal solve gets (``None``: the Gram was
+    redone in float64)."""
+    from kernel_layers import objectives
+
+    seen: list[torch.dtype | None] = []
+    original = objectives._factor
+
+    def spy(scatter, ridge, dtype, owner):  # type: ignore[no-untyped-def]
+        factor = original(scatter, ridge, dtype, owner)
+        seen.append(None if factor is None else factor.dtype)
+        return factor
+
+    monkeypatch.setattr(objectives, "_factor", spy)
+    return seen
+
+
+def _scaled_columns(ratio: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``[400, 60]`` Gaussian features whose column scales fall geometrically by
+    ``ratio`` overall (the scatter's condition about ``ratio^2``), and 5-class labels."""
+    rng = np.random.default_rng(seed)
+    scales = ratio ** -np.linspace(0.0, 1.0, 60)
+    return rng.standard_normal((400, 60)) * scales, rng.integers(0, 5, 400)
+
+
+@pytest.mark.parametrize(("ratio", "factor_dtype"), [(3.0, torch.float32), (90.0, torch.float64)])
+def test_float32_di_factorises_in_float32_only_when_its_round_off_allows(
+    ratio: float, factor_dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Estimate eps32 * max diag / min pivot^2: about 1e-6 at ratio 3, 1e-3 at ratio 90
+    # (above FLOAT32_FACTOR_LIMIT, within the float32 Gram's limit): float64 factor.
+    seen = _factor_dtypes(monkeypatch)
+    x, labels = _scaled_columns(ratio)
+    y = ref.onehot_unit(labels, 5)
+    phi = torch.tensor(x, dtype=torch.float32, requires_grad=True)
+    got = discriminant_information(phi, torch.tensor(labels), num_classes=5)
+    (grad,) = torch.autograd.grad(got, phi)
+    assert seen == [factor_dtype]
+    assert got.dtype == torch.float32
+    exact = x.astype(np.float32).astype(np.float64)  # the same float32 features
+    want = ref.di(exact, y, 1e-4)
+    assert abs(got.item() - want) / want < 1e-6  # measured 1.5e-7 (ratio 3), 1.6e-8 (90)
+    want_grad = ref.di_closed_gradient(exact, y, 1e-4)
+    assert np.abs(grad.numpy() - want_grad).max() / np.abs(want_grad).max() < 1e-5
+
+
+def test_float32_factor_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernel_layers import objectives
+
+    seen = _factor_dtypes(monkeypatch)
+    x, labels = _scaled_columns(3.0)
+    phi, target = torch.tensor(x, dtype=torch.float32), torch.tensor(labels)
+    fast = discriminant_information(phi, target).item()
+    monkeypatch.setattr(objectives, "FLOAT32_FACTOR_LIMIT", 0.0)
+    slow = discriminant_information(phi, target).item()
+    assert seen == [torch.float32, torch.float64]
+    assert fast == pytest.approx(slow, rel=1e-6)
