@@ -240,6 +240,7 @@ def check_features(
     min_ndim: int = 1,
     max_abs: float | None = None,
     why: str = "",
+    values: bool = True,
 ) -> Tensor:
     """Check a floating tensor of shape ``[..., width]`` with finite entries.
 
@@ -251,6 +252,8 @@ def check_features(
         min_ndim: the least number of dimensions accepted.
         max_abs: the largest magnitude accepted (see :func:`check_finite`).
         why: what overflows beyond ``max_abs``.
+        values: check the entries (:func:`check_finite`); ``False`` leaves that to a
+            caller that reads them anyway (type, device and shape are still checked).
 
     Returns:
         Tensor[..., width]: ``x`` itself.
@@ -282,7 +285,8 @@ def check_features(
             f"{owner}: argument '{name}' must have last dimension {width}, "
             f"got shape {list(x.shape)}"
         )
-    check_finite(owner, name, x, max_abs=max_abs, why=why)
+    if values:
+        check_finite(owner, name, x, max_abs=max_abs, why=why)
     return x
 
 
@@ -294,10 +298,12 @@ def check_matrix(
     width: int | None = None,
     max_abs: float | None = None,
     why: str = "",
+    values: bool = True,
 ) -> Tensor:
     """Check a finite floating tensor of shape ``[N, width]`` (any width if ``None``).
 
-    ``max_abs`` and ``why`` are those of :func:`check_finite`.
+    ``max_abs`` and ``why`` are those of :func:`check_finite`, ``values`` that of
+    :func:`check_features`.
 
     Returns:
         Tensor[N, width]: ``x`` itself.
@@ -320,6 +326,7 @@ def check_matrix(
         min_ndim=2,
         max_abs=max_abs,
         why=why,
+        values=values,
     )
 
 

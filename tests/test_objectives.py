@@ -281,3 +281,59 @@ def test_nonfinite_di_is_impossible_for_degenerate_features() -> None:
     di = discriminant_information(torch.ones(10, 4), torch.arange(10) % 2)
     assert di.item() == 0.0
     np.testing.assert_equal(np.isfinite(di.item()), True)
+
+
+@pytest.mark.parametrize("form", ["primal", "dual"])
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (float("nan"), r"'features' must be finite, got 1 NaN/Inf value\(s\)"),
+        (float("-inf"), r"'features' must be finite, got 1 NaN/Inf value\(s\)"),
+        # Two entries whose float32 sum overflows although each is finite.
+        (3e38, r"'features' must have entries with \|value\| <= 1\.7e\+37 .*overflow the sums"),
+    ],
+)
+def test_di_refuses_bad_features_found_from_its_column_sums(
+    bad: float, match: str, form: str
+) -> None:
+    features = torch.rand(10, 4, generator=torch.Generator().manual_seed(0))
+    features[3, 2] = bad
+    features[7, 2] = bad if bad == 3e38 else features[7, 2]
+    with pytest.raises(ValueError, match=rf"discriminant_information: argument {match}"):
+        discriminant_information(features, torch.arange(10) % 2, form=form)
+
+
+def test_di_checks_feature_values_without_a_pass_of_its_own() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.names.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    features = torch.rand(50, 8, generator=torch.Generator().manual_seed(0))
+    with Count() as count:
+        discriminant_information(features, torch.arange(50) % 3)
+    assert "aminmax" not in count.names and "isfinite" in count.names
+    from kernel_layers._deferred import DeferredChecks, deferred_checks
+
+    flags = DeferredChecks()  # deferred checks cannot read sums: the scan stays
+    with Count() as count, deferred_checks(flags):
+        discriminant_information(features, torch.arange(50) % 3)
+    assert "amax" in count.names and flags.first_failure() is None
+
+
+def test_di_of_large_features_whose_sums_stay_finite_matches_float64() -> None:
+    # 2e37 is beyond the per-entry bound that guarantees finite sums of 10 rows
+    # (1.7e37) but this column's sum is finite: DI is computed (in float64, since the
+    # float32 Gram overflows), no longer refused.
+    features = torch.rand(10, 4, generator=torch.Generator().manual_seed(0))
+    features[3, 2] = 2e37
+    labels = np.arange(10) % 2
+    got = discriminant_information(features, torch.tensor(labels)).item()
+    want = ref.di(features.double().numpy(), ref.onehot_unit(labels, 2), 1e-4)
+    assert got == pytest.approx(want, rel=1e-6)
