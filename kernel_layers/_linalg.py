@@ -165,18 +165,20 @@ SUM_OVERFLOW = "larger ones overflow the sums over the batch"
 DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 
-def cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor]:
-    """``torch.linalg.cholesky_ex(matrix)``; on the CPU outside autograd by the host
-    LAPACK where that is the faster one (:func:`~kernel_layers._host_blas.host_cholesky_ex`:
-    about 25 % faster on CPUs without AVX-512, about 30 % slower with it).
+def cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.cholesky_ex(matrix)``; on the CPU outside autograd by a LAPACK
+    ``?potrf`` called directly (:func:`~kernel_layers._host_blas.host_cholesky_ex`:
+    PyTorch's own routine without its layout copies, or SciPy's on CPUs without AVX-512,
+    about 25 % faster there).
 
     Args:
         matrix (Tensor[n, n]): symmetric matrix (its lower triangle is read).
+        overwrite: ``matrix`` may be overwritten by the factor (one copy fewer).
 
     Returns:
         tuple[Tensor[n, n], Tensor[]]: the lower factor and ``info`` (0 on success).
     """
-    host = host_cholesky_ex(matrix)
+    host = host_cholesky_ex(matrix, overwrite=overwrite)
     if host is not None:
         return host
     factor, info = torch.linalg.cholesky_ex(matrix)

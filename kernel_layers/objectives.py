@@ -303,10 +303,9 @@ def _factor(scatter: Tensor, ridge: Tensor, dtype: torch.dtype, owner: str) -> T
     ):
         s = scatter.clone()
         s.diagonal().add_(ridge.to(s.dtype))
-        factor, info = cholesky_ex(s)
-        estimate = (
-            torch.finfo(s.dtype).eps * s.diagonal().amax() / factor.diagonal().square().amin()
-        )
+        largest = s.diagonal().amax()  # before the factor overwrites s
+        factor, info = cholesky_ex(s, overwrite=True)
+        estimate = torch.finfo(s.dtype).eps * largest / factor.diagonal().square().amin()
         if bool((info == 0) & (estimate <= FLOAT32_FACTOR_LIMIT)):
             return factor
     return _factor_if_fine(_regularised(scatter, ridge), dtype, owner)

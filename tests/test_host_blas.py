@@ -90,16 +90,26 @@ def test_host_lower_gram_restores_the_blas_thread_pools() -> None:
     assert _blas_threads() == before
 
 
-def test_host_kernels_stand_aside_when_pytorch_runs_several_threads(host_potrf: None) -> None:
-    from kernel_layers._host_blas import host_cholesky_ex
+def test_host_kernels_stand_aside_when_pytorch_runs_several_threads(
+    scipy_potrf: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernel_layers import _host_blas
 
+    def refuse(matrix: torch.Tensor) -> None:
+        raise AssertionError("SciPy's potrf called next to PyTorch's threads")
+
+    monkeypatch.setattr(_host_blas, "_scipy_cholesky", refuse)
     a = torch.randn(700, 300, dtype=torch.float64)
     torch.set_num_threads(2)  # two thread pools would oversubscribe the cores
     assert host_lower_gram(a) is None
-    assert host_cholesky_ex(_spd(300, torch.float64, 1)) is None
     gram = lower_gram(a)  # PyTorch's block-triangular product instead
     lower = np.tril(np.ones((300, 300), dtype=bool))
     np.testing.assert_allclose(gram.numpy()[lower], _reference(a)[lower], rtol=1e-12, atol=1e-9)
+    # PyTorch's own LAPACK shares its thread pool: it still serves.
+    s = _spd(300, torch.float64, 1)
+    result = _host_blas.host_cholesky_ex(s)
+    assert result is not None and int(result[1]) == 0
+    np.testing.assert_allclose(result[0].numpy(), np.linalg.cholesky(s.numpy()), rtol=1e-10)
 
 
 def test_the_thread_controller_sees_scipys_blas_in_a_fresh_process() -> None:
@@ -126,23 +136,45 @@ def test_host_lower_gram_leaves_cuda_tensors_to_pytorch() -> None:
 
 
 @pytest.fixture
-def host_potrf(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The host Cholesky taken whatever this CPU prefers (the tests check its results)."""
+def scipy_potrf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SciPy's Cholesky taken whatever this CPU prefers (the tests check its results)."""
     monkeypatch.setattr("kernel_layers._host_blas.host_cholesky_preferred", lambda: True)
 
 
-@pytest.mark.parametrize(("capability", "host"), [("AVX512", False), ("AVX2", True)])
-def test_host_cholesky_serves_cpus_without_avx512_only(
-    monkeypatch: pytest.MonkeyPatch, capability: str, host: bool
+@pytest.fixture(params=["scipy", "pytorch"])
+def host_potrf(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each LAPACK route of `host_cholesky_ex` in turn: SciPy's, PyTorch's own."""
+    from kernel_layers._host_blas import pytorch_potrf
+
+    if request.param == "pytorch" and pytorch_potrf(torch.float64) is None:
+        pytest.skip("PyTorch's LAPACK is not reachable on this platform")
+    preferred = request.param == "scipy"
+    monkeypatch.setattr("kernel_layers._host_blas.host_cholesky_preferred", lambda: preferred)
+    return request.param
+
+
+@pytest.mark.parametrize(("capability", "scipy"), [("AVX512", False), ("AVX2", True)])
+def test_scipys_cholesky_serves_cpus_without_avx512_only(
+    monkeypatch: pytest.MonkeyPatch, capability: str, scipy: bool
 ) -> None:
     from kernel_layers import _host_blas
 
+    calls: list[int] = []
+    original = _host_blas._scipy_cholesky
+
+    def spy(matrix: torch.Tensor) -> tuple[torch.Tensor, int]:
+        calls.append(matrix.shape[0])
+        return original(matrix)
+
+    monkeypatch.setattr(_host_blas, "_scipy_cholesky", spy)
     _host_blas.host_cholesky_preferred.cache_clear()
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     try:
-        assert _host_blas.host_cholesky_preferred() is host
+        assert _host_blas.host_cholesky_preferred() is scipy
         result = _host_blas.host_cholesky_ex(_spd(300, torch.float64, 1))
-        assert (result is not None) is host
+        reachable = _host_blas.pytorch_potrf(torch.float64) is not None
+        assert (result is not None) is (scipy or reachable)
+        assert calls == ([300] if scipy else [])
     finally:
         _host_blas.host_cholesky_preferred.cache_clear()
 
@@ -156,7 +188,7 @@ def _spd(order: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("layout", ["row", "column"])
 def test_host_cholesky_matches_numpy_and_zeroes_the_upper_triangle(
-    dtype: torch.dtype, layout: str, host_potrf: None
+    dtype: torch.dtype, layout: str, host_potrf: str
 ) -> None:
     from kernel_layers._host_blas import host_cholesky_ex
 
@@ -173,7 +205,7 @@ def test_host_cholesky_matches_numpy_and_zeroes_the_upper_triangle(
 
 
 @pytest.mark.parametrize("layout", ["row", "column", "strided"])
-def test_host_cholesky_reads_the_lower_triangle_only(layout: str, host_potrf: None) -> None:
+def test_host_cholesky_reads_the_lower_triangle_only(layout: str, host_potrf: str) -> None:
     from kernel_layers._host_blas import host_cholesky_ex
 
     s = _spd(300, torch.float64, 10)
@@ -189,7 +221,7 @@ def test_host_cholesky_reads_the_lower_triangle_only(layout: str, host_potrf: No
     np.testing.assert_allclose(result[0].numpy(), ref, rtol=1e-10, atol=1e-10)
 
 
-def test_host_cholesky_reports_failures_like_pytorch(host_potrf: None) -> None:
+def test_host_cholesky_reports_failures_like_pytorch(host_potrf: str) -> None:
     from kernel_layers._host_blas import host_cholesky_ex
 
     for order in (3, 150, 299):  # not positive definite at this (0-based) row
@@ -205,9 +237,95 @@ def test_host_cholesky_reports_failures_like_pytorch(host_potrf: None) -> None:
     assert int(result[1]) == 121 == int(torch.linalg.cholesky_ex(s).info)
 
 
-def test_host_cholesky_declines_small_and_differentiable_inputs(host_potrf: None) -> None:
+def test_host_cholesky_declines_small_and_differentiable_inputs(host_potrf: str) -> None:
     from kernel_layers._host_blas import HOST_CHOLESKY_MIN_SIZE, host_cholesky_ex
 
     assert host_cholesky_ex(_spd(HOST_CHOLESKY_MIN_SIZE - 1, torch.float64, 9)) is None
     assert host_cholesky_ex(_spd(300, torch.float64, 9).requires_grad_(True)) is None
     assert host_cholesky_ex(torch.ones(300, 301, dtype=torch.float64)) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_overwrite_factorises_in_place_and_only_when_allowed(
+    dtype: torch.dtype, host_potrf: str
+) -> None:
+    from kernel_layers._host_blas import host_cholesky_ex
+
+    s = _spd(300, dtype, 11)
+    kept = s.clone()
+    result = host_cholesky_ex(s)
+    assert result is not None and torch.equal(s, kept)  # the input is left alone
+    again = host_cholesky_ex(s, overwrite=True)
+    assert again is not None and torch.equal(again[0], result[0])
+    if host_potrf == "pytorch":  # SciPy's routine returns a new array either way
+        assert again[0].data_ptr() == s.data_ptr()
+    else:
+        assert torch.equal(s, kept)
+    column_major = kept.mT.contiguous().mT  # not row-major: copied, never overwritten
+    third = host_cholesky_ex(column_major, overwrite=True)
+    assert third is not None and torch.equal(column_major, kept)
+    np.testing.assert_allclose(third[0].numpy(), result[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_cholesky_ex_factorises_in_place_through_the_wrapper(host_potrf: str) -> None:
+    from kernel_layers._linalg import cholesky_ex
+
+    s = _spd(300, torch.float64, 12)
+    ref = np.linalg.cholesky(s.numpy())
+    factor, info = cholesky_ex(s.clone(), overwrite=True)
+    assert int(info) == 0
+    np.testing.assert_allclose(factor.numpy(), ref, rtol=1e-10, atol=1e-10)
+    assert np.all(np.triu(factor.numpy(), 1) == 0)
+
+
+def test_lapack_integers_read_alike_in_both_integer_abis() -> None:
+    from kernel_layers._host_blas import _lapack_int
+
+    word = bytes(_lapack_int(300))
+    assert int.from_bytes(word[:4], "little", signed=True) == 300  # LP64: 32 bits
+    assert int.from_bytes(word, "little", signed=True) == 300  # ILP64: 64 bits
+
+
+def test_pytorch_potrf_refuses_a_routine_that_fails_its_self_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernel_layers import _host_blas
+
+    def does_nothing(uplo: bytes, order: object, a: object, lda: object, info: object, n: int):
+        return None  # leaves the matrix as it is and reports success
+
+    assert not _host_blas._passes_self_test(does_nothing, torch.float64)
+    # A routine that factorises but never reports a failure is refused too.
+    real = _host_blas.pytorch_potrf(torch.float64)
+    if real is not None:
+        assert _host_blas._passes_self_test(real, torch.float64)
+
+        def hides_failures(uplo, order, a, lda, info, n):  # type: ignore[no-untyped-def]
+            real(uplo, order, a, lda, info, n)
+            info[0] = 0
+
+        assert not _host_blas._passes_self_test(hides_failures, torch.float64)
+
+
+@pytest.mark.parametrize("where", ["platform", "library"])
+def test_without_pytorchs_lapack_the_cholesky_falls_back_to_pytorch(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    from kernel_layers import _host_blas
+    from kernel_layers._linalg import cholesky_ex
+
+    _host_blas.pytorch_potrf.cache_clear()
+    if where == "platform":
+        monkeypatch.setattr(_host_blas.sys, "platform", "darwin")
+    else:
+        monkeypatch.setattr(_host_blas, "_PYTORCH_LIBRARY", "/nonexistent/libtorch_cpu.so")
+    monkeypatch.setattr(_host_blas, "host_cholesky_preferred", lambda: False)
+    try:
+        assert _host_blas.pytorch_potrf(torch.float64) is None
+        s = _spd(300, torch.float64, 13)
+        assert _host_blas.host_cholesky_ex(s) is None
+        factor, info = cholesky_ex(s)  # torch.linalg.cholesky_ex
+        assert int(info) == 0
+        np.testing.assert_allclose(factor.numpy(), np.linalg.cholesky(s.numpy()), rtol=1e-10)
+    finally:
+        _host_blas.pytorch_potrf.cache_clear()
