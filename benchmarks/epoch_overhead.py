@@ -11,6 +11,12 @@ times in one process, alternating:
   with its read-out refit, logging, checkpoints, callbacks), timed from one
   ``on_train_epoch_start`` to the next (the first epoch, with its set-up, is dropped).
 
+By default (``--steps interleaved``) a steps-alone epoch runs at the start of every
+Lightning epoch, its time taken out of the epoch it interrupts, so that both kinds see the
+same spells of a machine whose speed drifts (a shared VM: MNIST epoch / steps ranged
+1.00-1.33 over five runs of the same code with the steps timed before and after the fit);
+``--steps around`` times them before and after the fit instead.
+
 It prints the mean epoch (over whole validation cycles), the median steps-alone epoch and
 ``epoch / steps`` (the issue's bar: at most 1.2), with where
 the rest of the epoch goes: training batches inside Lightning, validation (read-out refit
@@ -44,6 +50,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -62,20 +69,44 @@ def _sync(device: torch.device) -> None:
 
 
 class EpochClock(Callback):
-    """Wall time of every epoch (start to next start) and of its parts."""
+    """Wall time of every epoch (start to next start, less the steps-alone epochs run in
+    between) and of its parts.
 
-    def __init__(self, device: torch.device, sync_debug: bool) -> None:
-        self.device, self.sync_debug = device, sync_debug
+    With ``interleave``, that function (a steps-alone epoch, returning its seconds) runs at
+    the start of every epoch before the epoch's clock starts; its results are
+    :attr:`steps` and its wall time is taken out of the interval it falls in.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        sync_debug: bool,
+        interleave: Callable[[], float] | None = None,
+    ) -> None:
+        self.device, self.sync_debug, self.interleave = device, sync_debug, interleave
         self.starts: list[float] = []
+        self.paused: list[float] = []  # seconds spent just before starts[k], not training
         self.batches: list[float] = []
         self.validation: list[float] = []
+        self.steps: list[float] = []
         self._mark = 0.0
 
     def _now(self) -> float:
         _sync(self.device)
         return time.perf_counter()
 
+    def epochs(self) -> list[float]:
+        """Seconds of every complete epoch after the first (whose set-up is dropped)."""
+        starts, paused = self.starts, self.paused
+        return [starts[k + 1] - starts[k] - paused[k + 1] for k in range(1, len(starts) - 1)]
+
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        paused = 0.0
+        if self.interleave is not None:
+            begin = self._now()
+            self.steps.append(self.interleave())
+            paused = self._now() - begin
+        self.paused.append(paused)
         self.starts.append(self._now())
         self.batches.append(0.0)
         self.validation.append(0.0)
@@ -100,6 +131,7 @@ class EpochClock(Callback):
             self.validation[-1] += self._now() - self._mark
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.paused.append(0.0)
         self.starts.append(self._now())
 
 
@@ -155,6 +187,13 @@ def main() -> None:
         help="timed Lightning epochs (a multiple of the recipe's check_val_every_n_epoch); "
         "the steps alone are timed for epochs // 2 + 1 epochs before and after",
     )
+    parser.add_argument(
+        "--steps",
+        choices=["interleaved", "around"],
+        default="interleaved",
+        help="interleaved: a steps-alone epoch at the start of every Lightning epoch "
+        "(default); around: epochs // 2 + 1 before and as many after the fit",
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
         "--sync-debug",
@@ -204,8 +243,6 @@ def main() -> None:
     model, dm, trainer = cli.model, cli.datamodule, cli.trainer
     assert isinstance(model, KernelClassifier) and model.hparams["objective"] == "di"
     trainer.callbacks = [c for c in trainer.callbacks if "Stopping" not in type(c).__name__]
-    clock = EpochClock(device, args.sync_debug)
-    trainer.callbacks.append(clock)
 
     dm.setup("fit")
     loader = dm.train_dataloader()
@@ -213,12 +250,22 @@ def main() -> None:
     twin.train()
     params = [p for p in twin.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=model.hparams["lr"])
-    steps_epoch(twin, loader, optimizer, device)  # warm-up
-    steps = [steps_epoch(twin, loader, optimizer, device) for _ in range(args.epochs // 2 + 1)]
-    trainer.fit(model, datamodule=dm)
-    steps += [steps_epoch(twin, loader, optimizer, device) for _ in range(args.epochs // 2 + 1)]
 
-    epochs = [b - a for a, b in zip(clock.starts[1:-1], clock.starts[2:], strict=True)]
+    def one_steps_epoch() -> float:
+        return steps_epoch(twin, loader, optimizer, device)
+
+    interleaved = args.steps == "interleaved"
+    clock = EpochClock(device, args.sync_debug, one_steps_epoch if interleaved else None)
+    trainer.callbacks.append(clock)
+    one_steps_epoch()  # warm-up
+    around = [] if interleaved else [one_steps_epoch() for _ in range(args.epochs // 2 + 1)]
+    trainer.fit(model, datamodule=dm)
+    if interleaved:
+        steps = clock.steps[1:]  # the first ran before the dropped first epoch
+    else:
+        steps = around + [one_steps_epoch() for _ in range(args.epochs // 2 + 1)]
+
+    epochs = clock.epochs()
     batches, validation = clock.batches[1 : len(epochs) + 1], clock.validation[1 : len(epochs) + 1]
     # Epochs: the mean, so that validations every N epochs count at their rate (time a
     # multiple of N epochs); the steps alone: the median.
@@ -231,6 +278,7 @@ def main() -> None:
         else platform.machine(),
         "threads": torch.get_num_threads(),
         "check_every": model.hparams.get("check_every", "step"),
+        "steps_timing": args.steps,
         "batches_per_epoch": len(loader),
         "steps_s": round(step_s, 4),
         "epoch_s": round(epoch_s, 4),
