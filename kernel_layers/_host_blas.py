@@ -253,7 +253,8 @@ def host_cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor
         tuple[Tensor[n, n], Tensor[]] | None: the lower factor (zeros above) and ``info``
         (int32, 0 on success), as ``torch.linalg.cholesky_ex`` returns them; ``None`` for
         CUDA tensors, other dtypes, tensors that need gradients, compiled or exported
-        code, orders below :data:`HOST_CHOLESKY_MIN_SIZE` and where no routine is found.
+        code, orders below :data:`HOST_CHOLESKY_MIN_SIZE`, where no routine is found and
+        where PyTorch's routine refuses an argument (``info < 0``).
     """
     if not _plain_cpu_matrix(matrix) or matrix.shape[0] != matrix.shape[1]:
         return None
@@ -271,6 +272,8 @@ def host_cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor
         else:  # a row-major copy (faster than an out-of-place tril)
             result = matrix.clone(memory_format=torch.contiguous_format).tril_()
         info = _call_potrf(routine, result)
+        if info < 0:  # an argument refused (not expected after the self-test): PyTorch's
+            return None
     if info == 0:
         bad = (~torch.isfinite(result.diagonal())).nonzero()
         info = int(bad[0, 0]) + 1 if len(bad) else 0

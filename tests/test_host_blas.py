@@ -329,3 +329,20 @@ def test_without_pytorchs_lapack_the_cholesky_falls_back_to_pytorch(
         np.testing.assert_allclose(factor.numpy(), np.linalg.cholesky(s.numpy()), rtol=1e-10)
     finally:
         _host_blas.pytorch_potrf.cache_clear()
+
+
+def test_a_refused_argument_falls_back_to_pytorchs_cholesky(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernel_layers import _host_blas
+    from kernel_layers._linalg import cholesky_ex
+
+    if _host_blas.pytorch_potrf(torch.float64) is None:
+        pytest.skip("PyTorch's LAPACK is not reachable on this platform")
+    monkeypatch.setattr(_host_blas, "host_cholesky_preferred", lambda: False)
+    monkeypatch.setattr(_host_blas, "_call_potrf", lambda routine, matrix: -4)
+    s = _spd(300, torch.float64, 14)
+    assert _host_blas.host_cholesky_ex(s) is None
+    factor, info = cholesky_ex(s.clone(), overwrite=True)  # torch.linalg.cholesky_ex
+    assert int(info) == 0
+    np.testing.assert_allclose(factor.numpy(), np.linalg.cholesky(s.numpy()), rtol=1e-10)
