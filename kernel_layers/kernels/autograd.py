@@ -48,7 +48,9 @@ def squared_distances(x: Tensor, z: Tensor) -> Tensor:
     with torch.no_grad():
         x_sq = (x * x).sum(dim=-1, keepdim=True)
         z_sq = (z * z).sum(dim=-1)
-        d = torch.addmm(z_sq, x, z.mT, alpha=-2.0).add_(x_sq).clamp_min_(0.0)
+        # -2 x z^T as x (-2 z)^T (the scaling is exact), then the norms added in place:
+        # ``addmm(z_sq, ...)`` would first broadcast z_sq into its whole output.
+        d = torch.mm(x, (z * -2.0).mT).add_(z_sq).add_(x_sq).clamp_min_(0.0)
         if x is z:
             d.diagonal().zero_()
     return d
@@ -76,14 +78,16 @@ class GaussianKernelFunction(torch.autograd.Function):
         e = grad * g
         e.mul_(-2.0 * ctx.gamma)
         grad_x = grad_z = None
+        # The products accumulate in place on their fresh first terms (``addmm`` would
+        # copy each into a new output first).
         if ctx.symmetric:  # z is x: both gradients in one product, all on x
             e = e + e.mT
-            grad_x = torch.addmm(x * e.sum(1, keepdim=True), e, x, alpha=-1.0)
+            grad_x = (x * e.sum(1, keepdim=True)).addmm_(e, x, alpha=-1.0)
             return grad_x, None, None, None
         if ctx.needs_input_grad[0]:
-            grad_x = torch.addmm(x * e.sum(1, keepdim=True), e, z, alpha=-1.0)
+            grad_x = (x * e.sum(1, keepdim=True)).addmm_(e, z, alpha=-1.0)
         if ctx.needs_input_grad[1]:
-            grad_z = torch.addmm(z * e.sum(0)[:, None], e.mT, x, alpha=-1.0)
+            grad_z = (z * e.sum(0)[:, None]).addmm_(e.mT, x, alpha=-1.0)
         return grad_x, grad_z, None, None
 
 
