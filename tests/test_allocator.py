@@ -59,13 +59,17 @@ def _faults(mode: str) -> float:
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
 def test_freed_memory_is_reused_without_page_faults():
     # glibc's dynamic mmap threshold makes the default's count vary from run to run
-    # (2026-11-25, 16 runs: 0.05 to 2066 a step, 3 of them under 200), so the worst of
-    # three default runs is compared with the median of three runs keeping freed memory
-    # (kept memory: 0.05 to 49 a step in six runs on 2026-11-26, one CI run 97.7).
+    # (2026-11-25, 16 runs: 0.05 to 2066 a step, 3 of them under 200; 2026-11-27, after
+    # DI's Cholesky went in place, six runs: 92 to 1381), so the worst of three default
+    # runs shows that the workload faults without it. One [1000, 500] float64 buffer of
+    # the step is 977 pages, each faulted in again whenever the buffer is not reused;
+    # kept memory faults a few dozen times a step (0.05 to 49 a step in six runs on
+    # 2026-11-26, 0.05 to 75 in six on 2026-11-27, one CI run 97.7). A bound relative to
+    # the default's worst run (a tenth) failed once in CI when that run faulted 484 times.
     default = max(_faults("default") for _ in range(3))
     keep = statistics.median(_faults("keep") for _ in range(3))
     assert default > 200
-    assert keep < default / 10
+    assert keep < 250
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
