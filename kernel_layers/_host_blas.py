@@ -234,7 +234,9 @@ def pytorch_potrf(dtype: torch.dtype) -> Any | None:
     return routine if _passes_self_test(routine, dtype) else None
 
 
-def host_cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor, Tensor] | None:
+def host_cholesky_ex(
+    matrix: Tensor, *, overwrite: bool = False, clean: bool = True
+) -> tuple[Tensor, Tensor] | None:
     """``torch.linalg.cholesky_ex(matrix)`` by a LAPACK ``?potrf`` called directly, or
     ``None`` when not applicable.
 
@@ -248,9 +250,13 @@ def host_cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor
         matrix (Tensor[n, n]): symmetric matrix.
         overwrite: ``matrix`` may be overwritten by the factor (it is when row-major
             and PyTorch's routine serves): one copy fewer.
+        clean: zero the factor's upper triangle. ``False`` leaves ``matrix``'s upper
+            triangle there when it is overwritten (a pass fewer, for callers that only
+            solve with the factor: triangular solves read their own triangle).
 
     Returns:
-        tuple[Tensor[n, n], Tensor[]] | None: the lower factor (zeros above) and ``info``
+        tuple[Tensor[n, n], Tensor[]] | None: the lower factor (zeros above, unless
+        ``clean=False`` and ``matrix`` was overwritten) and ``info``
         (int32, 0 on success), as ``torch.linalg.cholesky_ex`` returns them; ``None`` for
         CUDA tensors, other dtypes, tensors that need gradients, compiled or exported
         code, orders below :data:`HOST_CHOLESKY_MIN_SIZE`, where no routine is found and
@@ -268,7 +274,7 @@ def host_cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor
         if routine is None:
             return None
         if overwrite and matrix.is_contiguous():
-            result = matrix.tril_()
+            result = matrix.tril_() if clean else matrix
         else:  # a row-major copy (faster than an out-of-place tril)
             result = matrix.clone(memory_format=torch.contiguous_format).tril_()
         info = _call_potrf(routine, result)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ __all__ = [
     "lower_gram",
     "refuse_double_backward",
     "robust_cholesky",
+    "robust_cholesky_in_place",
     "sum_limit",
     "upcast",
 ]
@@ -165,7 +167,9 @@ SUM_OVERFLOW = "larger ones overflow the sums over the batch"
 DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 
-def cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor, Tensor]:
+def cholesky_ex(
+    matrix: Tensor, *, overwrite: bool = False, clean: bool = True
+) -> tuple[Tensor, Tensor]:
     """``torch.linalg.cholesky_ex(matrix)``; on the CPU outside autograd by a LAPACK
     ``?potrf`` called directly (:func:`~kernel_layers._host_blas.host_cholesky_ex`:
     PyTorch's own routine without its layout copies, or SciPy's on CPUs without AVX-512,
@@ -174,11 +178,13 @@ def cholesky_ex(matrix: Tensor, *, overwrite: bool = False) -> tuple[Tensor, Ten
     Args:
         matrix (Tensor[n, n]): symmetric matrix (its lower triangle is read).
         overwrite: ``matrix`` may be overwritten by the factor (one copy fewer).
+        clean: zero the factor's upper triangle; with ``False`` an overwritten
+            ``matrix`` keeps its own there (for callers that only solve with it).
 
     Returns:
         tuple[Tensor[n, n], Tensor[]]: the lower factor and ``info`` (0 on success).
     """
-    host = host_cholesky_ex(matrix, overwrite=overwrite)
+    host = host_cholesky_ex(matrix, overwrite=overwrite, clean=clean)
     if host is not None:
         return host
     factor, info = torch.linalg.cholesky_ex(matrix)
@@ -206,17 +212,7 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
     if torch.compiler.is_compiling():  # no data-dependent branch in a compiled or
         return torch.linalg.cholesky(matrix)  # exported graph: it raises if not PD
     factor, info = cholesky_ex(matrix)
-    checks = active_checks()
-    if checks is not None:  # deferred: no host read, hence no jitter retry
-        checks.record(
-            RuntimeError,
-            f"{owner}: Cholesky factorisation of a {list(matrix.shape)} matrix failed "
-            "(not positive definite); with checks deferred it is not retried with a "
-            "jitter: check every step to let it be (check_every='step')",
-            info != 0,
-        )
-        return factor
-    if int(info) == 0:
+    if _deferred_failure(owner, matrix, info) or int(info) == 0:
         return factor
     scale = float(matrix.detach().diagonal().abs().mean()) or 1.0
     eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
@@ -237,6 +233,44 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
         f"{eps / JITTER_GROWTH:.1e} x mean diagonal; the matrix of shape "
         f"{list(matrix.shape)} is not positive semi-definite (non-finite or corrupted input?)"
     )
+
+
+def _deferred_failure(owner: str, matrix: Tensor, info: Tensor) -> bool:
+    """Under deferred checks, record a failed factorisation of ``matrix`` (``info != 0``)
+    and return ``True``: no host read, hence no jitter retry. ``False`` otherwise."""
+    checks = active_checks()
+    if checks is None:
+        return False
+    checks.record(
+        RuntimeError,
+        f"{owner}: Cholesky factorisation of a {list(matrix.shape)} matrix failed "
+        "(not positive definite); with checks deferred it is not retried with a "
+        "jitter: check every step to let it be (check_every='step')",
+        info != 0,
+    )
+    return True
+
+
+def robust_cholesky_in_place(build: Callable[[], Tensor], *, owner: str) -> Tensor:
+    """:func:`robust_cholesky` of ``build()``, first tried in place on the fresh matrix
+    ``build()`` returns (no copy, the factor's upper triangle not cleaned: for triangular
+    solves, which read their own triangle); ``build`` runs again only if that attempt
+    fails, for the retries with a jitter.
+
+    Args:
+        build: returns a new symmetric matrix (Tensor[n, n]) each call.
+        owner: the caller's name for messages.
+
+    Returns:
+        Tensor[n, n]: ``L`` (lower triangle; above it, what ``build()`` put there).
+    """
+    if torch.compiler.is_compiling():
+        return torch.linalg.cholesky(build())
+    matrix = build()
+    factor, info = cholesky_ex(matrix, overwrite=True, clean=False)
+    if _deferred_failure(owner, matrix, info) or int(info) == 0:
+        return factor
+    return robust_cholesky(build(), owner=owner)
 
 
 def refuse_double_backward(owner: str) -> None:

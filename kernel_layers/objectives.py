@@ -46,6 +46,7 @@ from kernel_layers._linalg import (
     lower_gram,
     refuse_double_backward,
     robust_cholesky,
+    robust_cholesky_in_place,
     sum_limit,
     upcast,
 )
@@ -59,6 +60,7 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.kernels import Kernel, get_kernel
+from kernel_layers.kernels.functions import gaussian_gram, gaussian_kernel
 
 __all__ = [
     "DEFAULT_RHO",
@@ -238,14 +240,11 @@ def _unit_column_scale(norm_sq: Tensor) -> Tensor:
 GRAM_PRECISION_LIMIT = 3e-3
 
 
-def _regularised(gram: Tensor, ridge: Tensor) -> Tensor:
-    """``gram + ridge`` in :data:`SOLVE_DTYPE` (a scalar ridge goes on the diagonal)."""
+def _regularised(gram: Tensor, rho: Tensor) -> Tensor:
+    """``gram + rho I`` in :data:`SOLVE_DTYPE` (a new matrix)."""
     # Cholesky reads the lower triangle only: no symmetrisation pass is needed.
     s = gram.to(SOLVE_DTYPE, copy=True)
-    if ridge.ndim == 0:
-        s.diagonal().add_(ridge)
-    else:
-        s.add_(ridge.to(SOLVE_DTYPE))
+    s.diagonal().add_(rho)
     return s
 
 
@@ -265,7 +264,7 @@ def _factor_if_fine(s: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
     return factor
 
 
-#: A float32 scatter with a scalar ridge is factorised, and solved, in float32 when the
+#: A float32 scatter is factorised, and solved, in float32 when the
 #: estimate of :data:`GRAM_PRECISION_LIMIT` is at most this, which saves the float64
 #: copy and half the factorisation's time (one float32 DI step of Fourier features at
 #: (B, D, J) = (1000, 54, 500) 16 % faster, at (4000, 784, 2000) 8 %). The float32
@@ -277,17 +276,17 @@ def _factor_if_fine(s: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
 FLOAT32_FACTOR_LIMIT = 3e-4
 
 
-def _factor(scatter: Tensor, ridge: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
-    """The Cholesky factor of ``S = scatter + ridge``, a scatter formed in ``dtype``.
+def _factor(scatter: Tensor, rho: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
+    """The Cholesky factor of ``S = scatter + rho I``, a scatter formed in ``dtype``.
 
-    In float32 (``scatter``'s dtype) when the ridge is a scalar and the factor's
-    round-off estimate is within :data:`FLOAT32_FACTOR_LIMIT`; otherwise as
-    :func:`_factor_if_fine` decides on the float64 ``S`` (a float64 factor, or ``None``
-    when the Gram itself must be formed in float64).
+    In float32 (``scatter``'s dtype) when the factor's round-off estimate is within
+    :data:`FLOAT32_FACTOR_LIMIT`; otherwise as :func:`_factor_if_fine` decides on the
+    float64 ``S`` (a float64 factor, or ``None`` when the Gram itself must be formed in
+    float64).
 
     Args:
         scatter (Tensor[J, J]): ``Phi_c^T Phi_c`` (its lower triangle is read).
-        ridge (Tensor[] | Tensor[J, J]): ``rho`` or a ridge matrix.
+        rho (Tensor[]): the ridge, in :data:`SOLVE_DTYPE`.
         dtype: the dtype the scatter was formed in.
         owner: the caller's name for messages.
 
@@ -297,30 +296,29 @@ def _factor(scatter: Tensor, ridge: Tensor, dtype: torch.dtype, owner: str) -> T
     if (
         FLOAT32_FACTOR_LIMIT > 0
         and scatter.dtype == torch.float32
-        and ridge.ndim == 0
         and not torch.compiler.is_compiling()
         and active_checks() is None  # the decision reads the host
     ):
         s = scatter.clone()
-        s.diagonal().add_(ridge.to(s.dtype))
+        s.diagonal().add_(rho.to(s.dtype))
         largest = s.diagonal().amax()  # before the factor overwrites s
         factor, info = cholesky_ex(s, overwrite=True)
         estimate = torch.finfo(s.dtype).eps * largest / factor.diagonal().square().amin()
         if bool((info == 0) & (estimate <= FLOAT32_FACTOR_LIMIT)):
             return factor
-    return _factor_if_fine(_regularised(scatter, ridge), dtype, owner)
+    return _factor_if_fine(_regularised(scatter, rho), dtype, owner)
 
 
-def _solve_primal(
-    scatter: Tensor, cross: Tensor, ridge: Tensor, owner: str, factor: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """``DI = ||L^-1 M||^2`` and ``A = S^-1 M`` for ``S = scatter + ridge = L L^T``.
+def _solve_primal(factor: Tensor, cross: Tensor) -> tuple[Tensor, Tensor]:
+    """``DI = ||L^-1 M||^2`` and ``A = S^-1 M`` for ``S = L L^T`` (in ``L``'s dtype).
 
-    ``ridge`` is a scalar (``rho``, added to the diagonal) or a ``[J, J]`` matrix;
-    ``factor`` is ``L`` when already computed (the solves run in its dtype).
+    Args:
+        factor (Tensor[J, J]): ``L`` (its lower triangle is read).
+        cross (Tensor[J, L]): ``M``.
+
+    Returns:
+        tuple[Tensor[], Tensor[J, L]]: DI and ``A``.
     """
-    if factor is None:
-        factor = robust_cholesky(_regularised(scatter, ridge), owner=owner)
     w = torch.linalg.solve_triangular(factor, cross.to(factor.dtype), upper=False)
     a = torch.linalg.solve_triangular(factor.mT, w, upper=True)
     return (w * w).sum(), a
@@ -376,9 +374,7 @@ class _DIFunction(torch.autograd.Function):
     the global means and scales label columns by the global class counts), then the
     centred ``Phi_c^T Phi_c`` and ``Phi_c^T Y_c``. Every process then holds the global
     ``A``, and its rows of the gradient are ``2 (Y_c - Phi_c A) A^T`` on its own rows:
-    exactly the matching rows of the single-process gradient. The gradient of a shared
-    ridge matrix is divided by the world size, since every process computes it in full
-    and data-parallel training sums (after scaling) the processes' contributions.
+    exactly the matching rows of the single-process gradient.
     """
 
     @staticmethod
@@ -386,163 +382,87 @@ class _DIFunction(torch.autograd.Function):
         ctx,
         features: Tensor,
         targets: Tensor,
-        ridge: Tensor | None,
         rho: float,
         scale_columns: bool,
         dual: bool,
         owner: str,
         sync: _Sync | None = None,
-        exact_statistics: bool = False,
         check_values: bool = False,
     ) -> Tensor:
         with autocast_off(features):
             features = upcast(features)
-            if exact_statistics:
-                return _DIFunction._forward_exact(
-                    ctx, features, targets, ridge, rho, scale_columns, owner, sync
-                )
-            return _DIFunction._forward(
-                ctx, features, targets, ridge, rho, scale_columns, dual, owner, sync, check_values
+            targets = targets.to(features.dtype)
+            width, outputs = features.shape[1], targets.shape[1]
+            count = torch.full(
+                (1,), float(features.shape[0]), dtype=features.dtype, device=features.device
             )
-
-    @staticmethod
-    def _forward(
-        ctx,
-        features: Tensor,
-        targets: Tensor,
-        ridge: Tensor | None,
-        rho: float,
-        scale_columns: bool,
-        dual: bool,
-        owner: str,
-        sync: _Sync | None,
-        check_values: bool,
-    ) -> Tensor:
-        targets = targets.to(features.dtype)
-        width, outputs = features.shape[1], targets.shape[1]
-        count = torch.full(
-            (1,), float(features.shape[0]), dtype=features.dtype, device=features.device
-        )
-        sums = torch.cat([count, features.sum(0), targets.sum(0), (targets * targets).sum(0)])
-        if check_values:  # the features' value check, from sums formed anyway
-            _check_column_sums(owner, features, sums[1 : 1 + width])
-        if sync is not None:
-            sync.all_reduce(sums)
-        n = sums[0]
-        mean, target_mean = sums[1 : 1 + width] / n, sums[1 + width : 1 + width + outputs] / n
-        if scale_columns:
-            scale = _unit_column_scale(sums[1 + width + outputs :])
-            targets, target_mean = targets * scale, target_mean * scale
-        phi_c = features - mean
-        y_c = targets - target_mean
-        rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
-        if dual:
-            gram = lower_gram(phi_c, transpose=True)  # the Cholesky reads the lower part
-            factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
-            if factor is None:  # too coarse in float32: redo the B x B product in float64
-                wide = phi_c.to(SOLVE_DTYPE)
-                gram = lower_gram(wide, transpose=True)
-                factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
-            y64 = y_c.to(SOLVE_DTYPE)
-            q = torch.cholesky_solve(y64, factor)
-            di = (y64 * y64).sum() - rho * (y64 * q).sum()
-            a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
-            residual = (rho * q).to(features.dtype)
-        else:
-            # The scatter's lower triangle only (all the Cholesky factor reads); the cross
-            # term as (Y_c^T Phi_c)^T: the skinny product runs faster this way round.
-            scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
+            sums = torch.cat([count, features.sum(0), targets.sum(0), (targets * targets).sum(0)])
+            if check_values:  # the features' value check, from sums formed anyway
+                _check_column_sums(owner, features, sums[1 : 1 + width])
             if sync is not None:
-                packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
-                scatter, cross = packed[:, :width], packed[:, width:]
-            total_ridge = rho64 if ridge is None else ridge
-            # The global S is the same on every process, so all decide alike.
-            factor = _factor(scatter, total_ridge, phi_c.dtype, owner)
-            if factor is None:  # too coarse in float32: redo the products in float64
-                wide, y_wide = phi_c.to(SOLVE_DTYPE), y_c.to(SOLVE_DTYPE)
-                scatter, cross = lower_gram(wide), wide.mT @ y_wide
+                sync.all_reduce(sums)
+            n = sums[0]
+            mean = sums[1 : 1 + width] / n
+            target_mean = sums[1 + width : 1 + width + outputs] / n
+            if scale_columns:
+                scale = _unit_column_scale(sums[1 + width + outputs :])
+                targets, target_mean = targets * scale, target_mean * scale
+            phi_c = features - mean
+            y_c = targets - target_mean
+            rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
+            if dual:
+                gram = lower_gram(phi_c, transpose=True)  # the Cholesky reads the lower part
+                factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
+                if factor is None:  # too coarse in float32: redo the B x B product in float64
+                    wide = phi_c.to(SOLVE_DTYPE)
+                    gram = lower_gram(wide, transpose=True)
+                    factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
+                y64 = y_c.to(SOLVE_DTYPE)
+                q = torch.cholesky_solve(y64, factor)
+                di = (y64 * y64).sum() - rho * (y64 * q).sum()
+                a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(features.dtype)
+                residual = (rho * q).to(features.dtype)
+            else:
+                # The scatter's lower triangle only (all the Cholesky factor reads); the
+                # cross term as (Y_c^T Phi_c)^T: the skinny product runs faster this way.
+                scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
                 if sync is not None:
                     packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
                     scatter, cross = packed[:, :width], packed[:, width:]
-            di, a64 = _solve_primal(scatter, cross, total_ridge, owner, factor)
-            a = a64.to(features.dtype)
-            residual = y_c - phi_c @ a
-        ctx.save_for_backward(residual, a, y_c, a)
-        ctx.has_ridge = ridge is not None and not dual
-        ctx.world_size = 1 if sync is None else sync.world_size
-        return di.to(features.dtype)
-
-    @staticmethod
-    def _forward_exact(
-        ctx,
-        features: Tensor,
-        targets: Tensor,
-        ridge: Tensor | None,
-        rho: float,
-        scale_columns: bool,
-        owner: str,
-        sync: _Sync | None,
-    ) -> Tensor:
-        """The primal path with every statistic in :data:`SOLVE_DTYPE` straight from
-        ``features`` of any dtype (NysDI's ``G``, whose Gram must be exact): features and
-        targets side by side in one wide buffer, so that one pass converts, one centres
-        and one symmetric product gives the scatter and the cross term together; the
-        ``B x J`` gradient in the features' dtype."""
-        wide = SOLVE_DTYPE
-        y = targets.to(wide)
-        batch, width = features.shape
-        outputs = y.shape[1]
-        joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
-        phi_c, y_c = joint[:, :width], joint[:, width:]
-        phi_c.copy_(features)
-        y_c.copy_(y)
-        count = torch.full((1,), float(batch), dtype=wide, device=features.device)
-        sums = torch.cat([count, joint.sum(0), (y * y).sum(0)])
-        if sync is not None:
-            sync.all_reduce(sums)
-        mean = sums[1 : 1 + width + outputs] / sums[0]
-        if scale_columns:
-            scale = _unit_column_scale(sums[1 + width + outputs :])
-            y_c.mul_(scale)
-            mean[width:] *= scale
-        joint.sub_(mean)
-        # [S, .; M^T, .]: the lower triangle of the joint Gram holds S's and the cross term.
-        gram = lower_gram(joint)
-        scatter, cross = gram[:width, :width], gram[width:, :width].mT
-        if sync is not None:
-            packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
-            scatter, cross = packed[:, :width], packed[:, width:]
-        # The scatter is this function's own: regularised in place, no copy.
-        if ridge is None:
-            scatter.diagonal().add_(rho)
-        else:
-            scatter.add_(ridge)
-        factor = robust_cholesky(scatter, owner=owner)
-        di, a64 = _solve_primal(scatter, cross, scatter.new_zeros(()), owner, factor)
-        # Phi_c A as (A^T Phi_c^T)^T: the skinny product runs faster this way round.
-        residual = (y_c - (a64.mT @ phi_c.mT).mT).to(features.dtype)
-        ctx.save_for_backward(residual, a64.to(features.dtype), y_c.to(features.dtype), a64)
-        ctx.has_ridge = ridge is not None
-        ctx.world_size = 1 if sync is None else sync.world_size
-        return di.to(features.dtype)
+                # The global S is the same on every process, so all decide alike.
+                factor = _factor(scatter, rho64, phi_c.dtype, owner)
+                if factor is None:  # too coarse in float32: redo the products in float64
+                    wide, y_wide = phi_c.to(SOLVE_DTYPE), y_c.to(SOLVE_DTYPE)
+                    scatter, cross = lower_gram(wide), wide.mT @ y_wide
+                    if sync is not None:
+                        packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
+                        scatter, cross = packed[:, :width], packed[:, width:]
+                    factor = robust_cholesky(_regularised(scatter, rho64), owner=owner)
+                di, a64 = _solve_primal(factor, cross)
+                a = a64.to(features.dtype)
+                residual = y_c - phi_c @ a
+            ctx.save_for_backward(residual, a, y_c)
+            return di.to(features.dtype)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         refuse_double_backward("discriminant_information")
-        return _DIFunction._backward(ctx, grad)
+        residual, a, y_c = ctx.saved_tensors
+        grad_features, grad_targets = _feature_gradients(ctx, grad, residual, a, y_c)
+        return grad_features, grad_targets, None, None, None, None, None, None
 
-    @staticmethod
-    def _backward(ctx, grad: Tensor):
-        residual, a, y_c, a_ridge = ctx.saved_tensors
-        grad_features = grad_targets = grad_ridge = None
-        if ctx.needs_input_grad[0]:
-            grad_features = (residual * (2.0 * grad.to(a.dtype))) @ a.mT
-        if ctx.needs_input_grad[1]:
-            grad_targets = (2.0 * grad.to(a.dtype)) * (y_c - residual)
-        if ctx.needs_input_grad[2] and ctx.has_ridge:
-            # In the ridge's own dtype (float64 for NysDI's rho K_Z).
-            grad_ridge = (a_ridge * (-grad.to(a_ridge.dtype) / ctx.world_size)) @ a_ridge.mT
-        return grad_features, grad_targets, grad_ridge, None, None, None, None, None, None, None
+
+def _feature_gradients(
+    ctx, grad: Tensor, residual: Tensor, a: Tensor, y_c: Tensor
+) -> tuple[Tensor | None, Tensor | None]:
+    """DI's gradients ``2 (Y_c - Phi_c A) A^T`` to the features and ``2 Phi_c A`` to the
+    targets (inputs 0 and 1 of ``ctx``'s function), in ``a``'s dtype."""
+    grad_features = grad_targets = None
+    if ctx.needs_input_grad[0]:
+        grad_features = (residual * (2.0 * grad.to(a.dtype))) @ a.mT
+    if ctx.needs_input_grad[1]:
+        grad_targets = (2.0 * grad.to(a.dtype)) * (y_c - residual)
+    return grad_features, grad_targets
 
 
 def _global_num_classes(targets: Tensor, num_classes: int | None, sync: _Sync | None) -> int | None:
@@ -620,48 +540,103 @@ def discriminant_information(
     num_classes = _global_num_classes(targets, num_classes, sync)
     y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
     dual = sync is None and (form == "dual" or (form == "auto" and batch < width))
-    return _DIFunction.apply(
-        features, y, None, rho, scale_columns, dual, owner, sync, False, not scan
-    )
+    return _DIFunction.apply(features, y, rho, scale_columns, dual, owner, sync, not scan)
 
 
-def _landmark_ridge(z: Tensor, spec: Kernel, gamma: float, jitter: float, rho: float) -> Tensor:
-    """``rho (K_Z + jitter * mean(diag K_Z) I)`` in :data:`SOLVE_DTYPE`, as NysDI's solve
-    reads it: its lower triangle only (the Cholesky factorisation), so unlike
-    :func:`~kernel_layers._linalg.landmark_gram` it is not symmetrised (its gradient
-    ``-rho A A^T`` is symmetric already), and the jitter goes on the diagonal in place:
-    three fewer ``n x n`` passes each way.
+def _landmark_kernel(z: Tensor, spec: Kernel, gamma: float) -> Tensor:
+    """``k(Z, Z)`` for NysDI, whose gradient to it (``-rho A A^T``) is symmetric: the
+    Gaussian kernel's backward then skips its transposed sum (:func:`gaussian_gram`)."""
+    if spec.matrix is gaussian_kernel:
+        return gaussian_gram(z, gamma)
+    return spec.matrix(z, z, gamma)
 
-    Args:
-        z (Tensor[n, D]): landmarks.
-        spec: the kernel.
-        gamma: kernel parameter.
-        jitter: relative diagonal jitter.
-        rho: ridge parameter.
 
-    Returns:
-        Tensor[n, n]: the ridge matrix (upper triangle: the kernel's, unsymmetrised).
+class _NysDIFunction(torch.autograd.Function):
+    """NysDI (eq. 10) from ``G = k(X, Z)`` and the landmark kernel ``K = k(Z, Z)``:
+    ``S = G_c^T G_c + rho (K + jitter * mean(diag K) I)`` factorised in
+    :data:`SOLVE_DTYPE`, DI's closed-form gradient to ``G`` in ``G``'s dtype, and
+    ``-rho A A^T`` to ``K`` in ``K``'s dtype (the jitter is a constant shift, as in
+    :func:`~kernel_layers._linalg.landmark_gram`).
+
+    Every statistic comes in :data:`SOLVE_DTYPE` straight from ``G`` of any dtype:
+    features and targets side by side in one wide buffer, so that one pass widens them,
+    one centres them and one symmetric product gives the scatter and the cross term
+    together. ``S`` is formed once, row-major, where its factor overwrites it.
+    With ``sync`` the sums, then the scatter and the cross term, are all-reduced as in
+    :class:`_DIFunction`; the gradient to ``K`` is divided by the world size, since every
+    process computes it in full and data-parallel training sums the processes' parts.
     """
-    return _ScaledRidge.apply(spec.matrix(z, z, gamma), rho, jitter)
-
-
-class _ScaledRidge(torch.autograd.Function):
-    """``rho (K + jitter * mean(diag K) I)`` in :data:`SOLVE_DTYPE`; the backward is
-    ``rho * grad`` in ``K``'s dtype (the jitter is a constant shift, as in
-    :func:`~kernel_layers._linalg.landmark_gram`): one pass each way, where autograd
-    through a cast, a product and an in-place diagonal update would take four."""
 
     @staticmethod
-    def forward(ctx, kernel: Tensor, rho: float, jitter: float) -> Tensor:
-        ridge = kernel.to(SOLVE_DTYPE, copy=True).mul_(rho)
-        ridge.diagonal().add_(ridge.diagonal().mean() * jitter)
-        ctx.rho, ctx.dtype = rho, kernel.dtype
-        return ridge
+    def forward(
+        ctx,
+        features: Tensor,
+        targets: Tensor,
+        kernel: Tensor,
+        rho: float,
+        jitter: float,
+        scale_columns: bool,
+        owner: str,
+        sync: _Sync | None = None,
+    ) -> Tensor:
+        with autocast_off(features):
+            features = upcast(features)
+            wide = SOLVE_DTYPE
+            y = targets.to(wide)
+            batch, width = features.shape
+            outputs = y.shape[1]
+            joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
+            phi_c, y_c = joint[:, :width], joint[:, width:]
+            phi_c.copy_(features)
+            y_c.copy_(y)
+            count = torch.full((1,), float(batch), dtype=wide, device=features.device)
+            sums = torch.cat([count, joint.sum(0), (y * y).sum(0)])
+            if sync is not None:
+                sync.all_reduce(sums)
+            mean = sums[1 : 1 + width + outputs] / sums[0]
+            if scale_columns:
+                scale = _unit_column_scale(sums[1 + width + outputs :])
+                y_c.mul_(scale)
+                mean[width:] *= scale
+            # Centred in float64: the gradient 2 (Y_c - G_c A) A^T is exact only for
+            # exactly centred columns, and A is large where S is ill-conditioned (a mean
+            # from float32 sums moved the MNIST landmark gradient by 5.6e-3 relative).
+            joint.sub_(mean)
+            # [S, .; M^T, .]: the joint Gram's lower triangle holds S's and the cross term.
+            gram = lower_gram(joint)
+            scatter, cross = gram[:width, :width], gram[width:, :width].mT
+            if sync is not None:
+                packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
+                scatter, cross = packed[:, :width], packed[:, width:]
+            shift = kernel.diagonal().to(wide).mean() * (rho * jitter)
+
+            def regularised() -> Tensor:  # S, row-major: the factor overwrites it
+                # K widened first: a mixed-dtype sum runs slower than the two passes.
+                s = kernel.to(wide, memory_format=torch.contiguous_format, copy=True)
+                torch.add(scatter, s, alpha=rho, out=s)
+                s.diagonal().add_(shift)
+                return s
+
+            factor = robust_cholesky_in_place(regularised, owner=owner)
+            di, a64 = _solve_primal(factor, cross)
+            residual = (y_c - phi_c @ a64).to(features.dtype)
+            ctx.save_for_backward(residual, a64.to(features.dtype), y_c.to(features.dtype), a64)
+            ctx.rho, ctx.kernel_dtype = rho, kernel.dtype
+            ctx.world_size = 1 if sync is None else sync.world_size
+            return di.to(features.dtype)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         refuse_double_backward("nystrom_discriminant_information")
-        return (grad * ctx.rho).to(ctx.dtype), None, None
+        residual, a, y_c, a64 = ctx.saved_tensors
+        grad_features, grad_targets = _feature_gradients(ctx, grad, residual, a, y_c)
+        grad_kernel = None
+        if ctx.needs_input_grad[2]:
+            # -rho A A^T straight in K's dtype (one [n, n] product, no float64 pass).
+            a_k = a64.to(ctx.kernel_dtype)
+            factor = grad.to(a_k.dtype) * (-ctx.rho / ctx.world_size)
+            grad_kernel = (a_k * factor) @ a_k.mT
+        return grad_features, grad_targets, grad_kernel, None, None, None, None, None
 
 
 def _check_bandwidth(owner: str, bandwidth: object, width: int) -> None:
@@ -767,10 +742,10 @@ def nystrom_discriminant_information(
             sigma = upcast(bandwidth).to(dtype)
             z, wide = z * sigma, wide * sigma
         g = spec.matrix(wide, z, gamma)
-        ridge = _landmark_ridge(z, spec, gamma, jitter, rho)
+        k_z = _landmark_kernel(z, spec, gamma)
     # G^T C G + rho K_Z inherits K_Z's conditioning: every statistic in SOLVE_DTYPE, the
     # B x J gradient in G's dtype.
-    di = _DIFunction.apply(g, y, ridge, rho, scale_columns, False, owner, sync, True)
+    di = _NysDIFunction.apply(g, y, k_z, rho, jitter, scale_columns, owner, sync)
     return di.to(x.dtype)
 
 

@@ -346,3 +346,61 @@ def test_a_refused_argument_falls_back_to_pytorchs_cholesky(
     factor, info = cholesky_ex(s.clone(), overwrite=True)  # torch.linalg.cholesky_ex
     assert int(info) == 0
     np.testing.assert_allclose(factor.numpy(), np.linalg.cholesky(s.numpy()), rtol=1e-10)
+
+
+def test_an_unclean_in_place_factor_keeps_the_upper_triangle(host_potrf: str) -> None:
+    from kernel_layers._linalg import cholesky_ex
+
+    s = _spd(300, torch.float64, 13)
+    ref = np.linalg.cholesky(s.numpy())
+    upper = torch.triu(s, 1)
+    factor, info = cholesky_ex(s, overwrite=True, clean=False)
+    assert int(info) == 0
+    np.testing.assert_allclose(np.tril(factor.numpy()), ref, rtol=1e-10, atol=1e-10)
+    if host_potrf == "pytorch":  # overwritten: S's own upper triangle is still there
+        assert factor.data_ptr() == s.data_ptr()
+        assert torch.equal(torch.triu(factor, 1), upper)
+    else:  # SciPy's routine returns a new, clean array
+        assert np.all(np.triu(factor.numpy(), 1) == 0)
+
+
+def test_robust_cholesky_in_place_builds_once_and_again_only_to_retry(host_potrf: str) -> None:
+    from kernel_layers._linalg import robust_cholesky_in_place
+
+    s = _spd(300, torch.float64, 14)
+    builds: list[int] = []
+
+    def build() -> torch.Tensor:
+        builds.append(1)
+        return s.clone()
+
+    factor = robust_cholesky_in_place(build, owner="t")
+    assert len(builds) == 1
+    np.testing.assert_allclose(
+        np.tril(factor.numpy()), np.linalg.cholesky(s.numpy()), rtol=1e-10, atol=1e-10
+    )
+    singular = torch.ones(300, 300, dtype=torch.float64)  # rank 1: needs the jitter
+
+    def build_singular() -> torch.Tensor:
+        builds.append(1)
+        return singular.clone()
+
+    builds.clear()
+    with pytest.warns(RuntimeWarning, match="t: Cholesky factorisation failed; succeeded after"):
+        factor = robust_cholesky_in_place(build_singular, owner="t")
+    assert len(builds) == 2
+    assert torch.isfinite(factor).all()
+    residual = factor @ factor.mT - singular
+    assert float(residual.abs().max()) < 1e-3
+
+
+def test_robust_cholesky_in_place_records_a_failure_under_deferred_checks() -> None:
+    from kernel_layers._deferred import DeferredChecks, deferred_checks
+    from kernel_layers._linalg import robust_cholesky_in_place
+
+    bad = -torch.eye(300, dtype=torch.float64)
+    with deferred_checks(DeferredChecks()) as checks:
+        robust_cholesky_in_place(bad.clone, owner="t")  # no host read, no retry
+    failure = checks.first_failure()
+    assert isinstance(failure, RuntimeError)
+    assert str(failure).startswith("t: Cholesky factorisation of a [300, 300] matrix failed")

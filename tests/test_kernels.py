@@ -371,3 +371,25 @@ def test_spectral_quantiles_scale_to_sample_frequencies() -> None:
         h = spectral_quantiles(name, 3, 7, generator=torch.Generator().manual_seed(1))
         w = sample_frequencies(name, 3, 7, 0.4, generator=torch.Generator().manual_seed(1))
         torch.testing.assert_close(w, spec.scale(0.4) * h)
+
+
+def test_gaussian_gram_takes_a_symmetric_gradient_as_the_kernel_does() -> None:
+    from kernel_layers.kernels.functions import gaussian_gram
+
+    gen = torch.Generator().manual_seed(3)
+    z = torch.rand(12, 5, dtype=torch.float64, generator=gen)
+    w = torch.randn(12, 12, dtype=torch.float64, generator=gen)
+    sym = w + w.mT
+    np.testing.assert_array_equal(
+        gaussian_gram(z, 0.7).detach(), gaussian_kernel(z, z, 0.7).detach()
+    )
+    za, zb = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    (gaussian_gram(za, 0.7) * sym).sum().backward()
+    (gaussian_kernel(zb, zb, 0.7) * sym).sum().backward()
+    torch.testing.assert_close(za.grad, zb.grad, rtol=1e-12, atol=1e-12)
+    zc = z.clone().requires_grad_(True)  # the contract: a gradient that is not symmetric
+    (gaussian_gram(zc, 0.7) * w).sum().backward()  # is taken as 2 w, not w + w^T
+    assert not torch.allclose(zc.grad, za.grad * 0.5, rtol=1e-3)
+    assert gradcheck(
+        lambda t: (gaussian_gram(t, 0.7) * sym).sum(), (z.clone().requires_grad_(True),)
+    )

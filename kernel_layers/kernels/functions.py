@@ -27,6 +27,7 @@ __all__ = [
     "check_above_shift",
     "check_nonnegative_input",
     "chi2_kernel",
+    "gaussian_gram",
     "gaussian_kernel",
     "laplacian_kernel",
     "linear_kernel",
@@ -91,6 +92,26 @@ def gaussian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
         Tensor[B, n]: the kernel matrix, entries in ``(0, 1]``.
     """
     return GaussianKernelFunction.apply(x, _distinct(x, z), float(gamma), x is z)
+
+
+def gaussian_gram(z: Tensor, gamma: float) -> Tensor:
+    """``gaussian_kernel(z, z, gamma)`` for a consumer whose gradient to it is symmetric.
+
+    For functions of the matrix as a symmetric one (NysDI reads ``K_Z`` through its
+    Cholesky factor; its gradient ``-rho A A^T`` is symmetric): the backward takes
+    ``dL/dK + dL/dK^T`` as ``2 dL/dK`` and skips the transposed sum, which costs as much
+    as the kernel's other element-wise passes together on large matrices. The gradient
+    it receives must be symmetric: any other is taken as twice itself instead of its sum
+    with its transpose (a wrong result).
+
+    Args:
+        z (Tensor[n, D]): points.
+        gamma: inverse squared bandwidth, ``> 0``.
+
+    Returns:
+        Tensor[n, n]: the kernel matrix, ones on the diagonal.
+    """
+    return GaussianKernelFunction.apply(z, _distinct(z, z), float(gamma), True, True)
 
 
 def laplacian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:
