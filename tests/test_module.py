@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -344,6 +345,45 @@ def test_di_epoch_is_logged_once_per_epoch_as_the_mean_of_its_steps(
     assert names.count("train/di") == 12
     means = [float(np.mean(s)) for s in record.steps]  # equal batches: the plain mean
     np.testing.assert_allclose(record.epoch_values, means, rtol=1e-6)
+
+
+class _Logged(L.Callback):
+    """Each step's DI (from its loss) and, where the step logged it, train/di."""
+
+    def __init__(self) -> None:
+        self.di: list[float] = []
+        self.logged: dict[int, float] = {}
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: object
+    ) -> None:
+        self.di.append(-float(outputs["loss"]))
+        if "train/di" in trainer.logged_metrics and trainer.global_step not in self.logged:
+            value = float(trainer.logged_metrics.pop("train/di"))
+            self.logged[trainer.global_step] = value
+
+
+def test_train_di_is_logged_on_the_loggers_steps_and_each_epochs_last(
+    make_trainer: Callable[..., L.Trainer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = KernelClassifier(NystromLayer(10, 40, gamma=0.1, seed=0), num_classes=4)
+    steps: list[int] = []
+    log = model.log
+
+    def counting_log(name: str, *args: object, **kwargs: object) -> None:
+        if name == "train/di":
+            steps.append(model.global_step + 1)
+        log(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "log", counting_log)
+    record = _Logged()
+    make_trainer(callbacks=[record], max_epochs=3, log_every_n_steps=3).fit(model, _data())
+    # 4 batches an epoch: every third step (the logger's) and every fourth (epoch's end)
+    assert steps == [3, 4, 6, 8, 9, 12]
+    assert len(record.di) == 12
+    np.testing.assert_allclose(
+        [record.logged[k] for k in steps], [record.di[k - 1] for k in steps], rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("stop", ["max_steps", "limit_train_batches"])

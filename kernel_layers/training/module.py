@@ -373,9 +373,17 @@ class KernelClassifier(LightningModule):
             # DDP averages gradients over processes, but each process holds only its
             # rows' share of dDI: scale so the average is the single-process gradient.
             loss = -di * self._world_size
-            # The progress bar reads its values on the host (a synchronisation).
-            bar = self._deferred is None
-            self.log("train/di", di, on_step=True, on_epoch=False, prog_bar=bar, batch_size=len(y))
+            if self._logs_this_step(batch_idx):
+                # The progress bar reads its values on the host (a synchronisation).
+                bar = self._deferred is None
+                self.log(
+                    "train/di",
+                    di.detach(),
+                    on_step=True,
+                    on_epoch=False,
+                    prog_bar=bar,
+                    batch_size=len(y),
+                )
             self._add_to_di_epoch(di, len(y))
         else:
             features = self.kernel_layer(h)
@@ -422,6 +430,16 @@ class KernelClassifier(LightningModule):
             self.di_epoch_rows.zero_()
         self.di_epoch_sum += di.detach().to(self.di_epoch_sum) * rows
         self.di_epoch_rows += rows
+
+    def _logs_this_step(self, batch_idx: int) -> bool:
+        """Whether the step's ``train/di`` is logged: on the steps whose values the
+        trainer writes to its logger (every ``log_every_n_steps``) and on the epoch's
+        last batch (the progress bar's final value). Each ``self.log`` costs Lightning
+        about 0.55 ms (2026-11-27, Lightning 2.6), which the other steps no longer pay."""
+        if self._trainer is None:
+            return True
+        every = max(int(self.trainer.log_every_n_steps), 1)
+        return (self.global_step + 1) % every == 0 or self._epoch_ends_here(batch_idx)
 
     def _epoch_ends_here(self, batch_idx: int) -> bool:
         """Whether the training epoch ends after this batch (last batch, or a stop)."""
