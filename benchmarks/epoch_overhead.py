@@ -183,9 +183,10 @@ def main() -> None:
     parser.add_argument(
         "--epochs",
         type=int,
-        default=10,
-        help="timed Lightning epochs (a multiple of the recipe's check_val_every_n_epoch); "
-        "the steps alone are timed for epochs // 2 + 1 epochs before and after",
+        default=None,
+        help="timed Lightning epochs, a multiple of the recipe's check_val_every_n_epoch "
+        "(default: the smallest multiple >= 10); with --steps around the steps alone are "
+        "timed for epochs // 2 + 1 epochs before and after",
     )
     parser.add_argument(
         "--steps",
@@ -234,7 +235,6 @@ def main() -> None:
         extra += ["--model.check_every", check_every]
     accelerator = "gpu" if device.type == "cuda" else "cpu"
     extra += ["--trainer.accelerator", accelerator, "--trainer.enable_progress_bar", "false"]
-    extra += ["--trainer.max_epochs", str(args.epochs + 1)]
     # Stopping rules would end the timed run early; keep every other callback.
     json_path = os.path.abspath(args.json) if args.json else None
     workdir = tempfile.mkdtemp(prefix="epoch_overhead_")
@@ -243,6 +243,14 @@ def main() -> None:
     model, dm, trainer = cli.model, cli.datamodule, cli.trainer
     assert isinstance(model, KernelClassifier) and model.hparams["objective"] == "di"
     trainer.callbacks = [c for c in trainer.callbacks if "Stopping" not in type(c).__name__]
+    period = int(trainer.check_val_every_n_epoch or 1)
+    timed = args.epochs if args.epochs is not None else period * -(-10 // period)
+    if timed < 1 or timed % period:
+        parser.error(
+            f"argument --epochs must be a positive multiple of the recipe's "
+            f"check_val_every_n_epoch ({period}), got {timed}"
+        )
+    trainer.fit_loop.max_epochs = timed + 1  # the first epoch, with its set-up, is dropped
 
     dm.setup("fit")
     loader = dm.train_dataloader()
@@ -258,12 +266,12 @@ def main() -> None:
     clock = EpochClock(device, args.sync_debug, one_steps_epoch if interleaved else None)
     trainer.callbacks.append(clock)
     one_steps_epoch()  # warm-up
-    around = [] if interleaved else [one_steps_epoch() for _ in range(args.epochs // 2 + 1)]
+    around = [] if interleaved else [one_steps_epoch() for _ in range(timed // 2 + 1)]
     trainer.fit(model, datamodule=dm)
     if interleaved:
         steps = clock.steps[1:]  # the first ran before the dropped first epoch
     else:
-        steps = around + [one_steps_epoch() for _ in range(args.epochs // 2 + 1)]
+        steps = around + [one_steps_epoch() for _ in range(timed // 2 + 1)]
 
     epochs = clock.epochs()
     batches, validation = clock.batches[1 : len(epochs) + 1], clock.validation[1 : len(epochs) + 1]
@@ -279,6 +287,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "check_every": model.hparams.get("check_every", "step"),
         "steps_timing": args.steps,
+        "timed_epochs": timed,
         "batches_per_epoch": len(loader),
         "steps_s": round(step_s, 4),
         "epoch_s": round(epoch_s, 4),

@@ -24,6 +24,7 @@ def test_epoch_overhead_reports_the_recipe_epoch_and_its_parts(tmp_path: Path) -
     assert row["recipe"] == "quickstart" and row["extra"] == extra[1:]
     assert row["check_every"] == "epoch"
     assert row["steps_timing"] == "interleaved"  # the default
+    assert row["timed_epochs"] == 2
     assert row["batches_per_epoch"] == 3  # 1257 digits training rows, batches of 400
     assert 0 < row["steps_s"] and 0 < row["train_batches_s"] < row["epoch_s"]
     assert row["validation_s"] > 0  # one validation in the 2 timed epochs
@@ -76,3 +77,14 @@ def test_steps_around_the_fit_still_runs(tmp_path: Path) -> None:
     subprocess.run(args, check=True, capture_output=True, cwd=tmp_path, timeout=600)
     row = json.loads(out.read_text().splitlines()[-1])
     assert row["steps_timing"] == "around" and row["steps_s"] > 0 and row["epoch_s"] > 0
+
+
+def test_epochs_must_cover_whole_validation_periods(tmp_path: Path) -> None:
+    args = [sys.executable, str(SCRIPT), "quickstart", "--epochs", "3"]
+    args += ["--", "--trainer.check_val_every_n_epoch", "2"]
+    done = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 2
+    assert (
+        "argument --epochs must be a positive multiple of the recipe's "
+        "check_val_every_n_epoch (2), got 3"
+    ) in done.stderr
