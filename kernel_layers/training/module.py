@@ -438,7 +438,8 @@ class KernelClassifier(LightningModule):
         about 0.55 ms (2026-11-27, Lightning 2.6), which the other steps no longer pay."""
         if self._trainer is None:
             return True
-        every = max(int(self.trainer.log_every_n_steps), 1)
+        # Set by Lightning's logger connector (not a declared Trainer attribute).
+        every = max(int(getattr(self.trainer, "log_every_n_steps", 1)), 1)
         return (self.global_step + 1) % every == 0 or self._epoch_ends_here(batch_idx)
 
     def _epoch_ends_here(self, batch_idx: int) -> bool:
