@@ -10,6 +10,7 @@ import pytest
 
 README = Path(__file__).parents[1] / "README.md"
 CI = Path(__file__).parents[1] / ".ci" / "run"
+PYPROJECT = Path(__file__).parents[1] / "pyproject.toml"
 
 
 def test_first_lines_are_the_two_setup_commands() -> None:
@@ -45,3 +46,20 @@ def test_python_examples_run(code: str, tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     code = code.replace("max_epochs=60", "max_epochs=2")  # the recipe's budget, shortened
     exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0] for requirement in requirements}
+
+
+def test_onnx_extra_installs_what_the_export_example_needs() -> None:
+    """``torch.onnx.export(..., dynamo=True)`` imports onnxscript and onnx, and the result
+    runs in onnxruntime: the README's export lines name the extra that installs them
+    (.ci/run installs the wheel with it in a fresh environment and exports there)."""
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    assert {"onnx", "onnxscript", "onnxruntime"} <= _names(extras["onnx"])
+    assert _names(extras["onnx"]) <= _names(extras["dev"])
+    text = README.read_text()
+    assert 'pip install ".[onnx]"' in text
+    assert text.index('pip install ".[onnx]"') < text.index("torch.onnx.export(")
