@@ -42,3 +42,29 @@ def test_the_float32_gram_column_is_eq_10_when_the_gram_is_exact() -> None:
     # float64 inputs: every product in float64 (the function casts nothing down).
     ours = nysdi_precision.float32_gram(x, labels, z, gamma)
     np.testing.assert_allclose(ours, pinv, rtol=1e-6)  # pinv vs Cholesky at jitter 1e-10
+
+
+def test_the_rounded_kernels_column_is_float64_nysdi_when_nothing_is_rounded() -> None:
+    """Written out in float64 (``dtype=float64`` rounds nothing): eq. (10) as the library
+    computes it in float64, to the last digits."""
+    x, labels, z = _digits(120)
+    for gamma in (0.02, 0.005):
+        ref = nystrom_discriminant_information(
+            x, labels, z, gamma=gamma, jitter=nysdi_precision.JITTER
+        ).item()
+        ours = nysdi_precision.rounded_kernels(x, labels, z, gamma, dtype=torch.float64)
+        np.testing.assert_allclose(ours, ref, rtol=1e-9)
+
+
+def test_the_rounded_kernels_column_rounds_the_kernel_matrices() -> None:
+    """Float32 rounding of ``G`` and ``K_Z`` alone moves NysDI (by about 1e-6 on digits at
+    gamma 0.005, n = 200: float32's 6e-8 amplified by ``K_Z``'s conditioning), and
+    rounding to bfloat16 moves it much further."""
+    x, labels, z = _digits(200)
+    ref = nysdi_precision.rounded_kernels(x, labels, z, 0.005, dtype=torch.float64)
+    errors = [
+        abs(nysdi_precision.rounded_kernels(x, labels, z, 0.005, dtype=dtype) - ref) / ref
+        for dtype in (torch.float32, torch.bfloat16)
+    ]
+    assert 1e-8 < errors[0] < 1e-4
+    assert errors[1] > 100 * errors[0]
