@@ -52,6 +52,7 @@ from kernel_layers.data.digits import DigitsDataModule
 from kernel_layers.data.letter import LETTER_TEST_SIZE, LETTER_TRAIN_SIZE, LetterDataModule
 from kernel_layers.data.mnist import FashionMNISTDataModule, MNISTDataModule
 from kernel_layers.data.readers import DatasetNotFoundError
+from kernel_layers.data.scaling import InputScaling
 
 __all__ = [
     "COVTYPE_TEST_SIZE",
@@ -64,6 +65,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DigitsDataModule",
     "FashionMNISTDataModule",
+    "InputScaling",
     "LetterDataModule",
     "MNISTDataModule",
     "TensorDataModule",

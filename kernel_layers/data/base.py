@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from kernel_layers._validation import check_bool, check_choice, check_fraction, check_int
 from kernel_layers.data.readers import read_feature_rows
 from kernel_layers.data.sampling import ResumableLoader
+from kernel_layers.data.scaling import InputScaling
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -348,6 +349,19 @@ class ArrayDataModule(LightningDataModule):
                 f"got {array.shape[1]}"
             )
         return self._scale(array, clip=self.clip).reshape(len(array), *self.input_shape)
+
+    def input_scaling(self) -> InputScaling:
+        """The scaling :meth:`transform` applies, as a module (float64 buffers): raw rows
+        ``Tensor[B, D]`` to the model's inputs ``Tensor[B, *input_shape]``, for a model
+        exported with its preprocessing (:meth:`KernelClassifier.predictor
+        <kernel_layers.training.module.KernelClassifier.predictor>`). Sets the data up
+        (the statistics come from the training rows)."""
+        self.setup()
+        if self._shift is None or self._divisor is None or self._keep is None:
+            raise RuntimeError(f"{self._name}: the scaler was not fitted by setup()")
+        return InputScaling(
+            self._shift, self._divisor, self._keep, clip=self.clip, input_shape=self.input_shape
+        )
 
     def train_features(self) -> Tensor:
         """Scaled training features (e.g. for ``NystromLayer.from_data`` landmarks).

@@ -25,6 +25,7 @@ from kernel_layers._validation import (
     check_nonnegative,
     check_positive,
 )
+from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.nystrom import NystromLayer
 from kernel_layers.objectives import (
     DEFAULT_RHO,
@@ -36,6 +37,7 @@ from kernel_layers.objectives import (
 from kernel_layers.training.architecture import build_module, describe_module, is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
+from kernel_layers.training.predictor import Predictor
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
 
@@ -286,8 +288,7 @@ class KernelClassifier(LightningModule):
         """
         if self.readout is not None:
             return self.readout(features)
-        stale = self._head_state is not None and self._head_state != self._feature_state()
-        if not bool(self.head.fitted) or (stale and self._refits_head):
+        if self._head_needs_fit():
             raise RuntimeError(
                 f"{type(self).__name__}: the ridge read-out is "
                 + ("not fitted" if not bool(self.head.fitted) else "older than the features")
@@ -295,6 +296,60 @@ class KernelClassifier(LightningModule):
                 "trainer.predict with a data module do it)"
             )
         return self.head(features)
+
+    def predictor(self, datamodule: ArrayDataModule | None = None) -> Predictor:
+        """The trained model as one inference module ``x -> (classes, scores)``.
+
+        A frozen copy (eval mode, no gradients) of the backbone, the kernel layer and the
+        read-out the model is evaluated with, ready for ``torch.onnx.export``,
+        ``torch.export`` or ``torch.jit.trace``
+        (:class:`~kernel_layers.training.predictor.Predictor`).
+        With ``datamodule`` it starts with the data's min-max scaling
+        (:meth:`~kernel_layers.data.ArrayDataModule.input_scaling`), so it takes raw rows
+        in the units of the data files, and a ridge read-out that is not fitted on the
+        current features is first refitted on the data's training split, as ``test`` and
+        ``predict`` do. Without it, the module takes inputs scaled as in training.
+
+        Args:
+            datamodule: a :class:`~kernel_layers.data.ArrayDataModule` (every
+                :mod:`kernel_layers.data` module), or ``None``.
+
+        Returns:
+            Predictor: ``x (Tensor[B, ...]) -> (classes Tensor[B] int64, scores Tensor[B, L])``.
+
+        Raises:
+            TypeError: ``datamodule`` is not an ``ArrayDataModule``.
+            ValueError: the data's feature count differs from the model's.
+            RuntimeError: the landmarks were never initialised, or the ridge read-out
+                needs a fit and no ``datamodule`` was given.
+        """
+        owner = f"{type(self).__name__}.predictor"
+        scaling = None
+        if datamodule is not None:
+            if not isinstance(datamodule, ArrayDataModule):
+                raise TypeError(
+                    f"{owner}: argument 'datamodule' must be a kernel_layers.data "
+                    f"ArrayDataModule or None, got {type(datamodule).__name__}"
+                )
+            self.check_data_sizes(datamodule)
+            scaling = datamodule.input_scaling()
+        if self._landmarks_pending():
+            raise RuntimeError(
+                f"{owner}: the Nystrom landmarks were never initialised from the data "
+                "(init_landmarks); fit or test the model first"
+            )
+        readout: nn.Module | None = self.readout
+        if readout is None:
+            if self._head_needs_fit():
+                if datamodule is None:
+                    raise RuntimeError(
+                        f"{owner}: the ridge read-out is not fitted on the current features; "
+                        "pass argument 'datamodule' (its training split refits it) or call "
+                        "refit_head(loader) first"
+                    )
+                self.refit_head(datamodule.train_eval_dataloader())
+            readout = self.head
+        return Predictor(self.kernel_layer, readout, backbone=self.backbone, scaling=scaling)
 
     # ------------------------------------------------------------------ training
     def _check_batch(self, batch: int) -> None:
@@ -562,6 +617,16 @@ class KernelClassifier(LightningModule):
             if not t.is_inference()  # caches made under inference mode carry no version
         )
 
+    def _landmarks_pending(self) -> bool:
+        """Whether :meth:`_init_landmarks` still has to draw the landmarks."""
+        layer = self.kernel_layer
+        return (
+            bool(self.hparams["init_landmarks"])
+            and isinstance(layer, NystromLayer)
+            and not getattr(layer, "landmarks_given", False)
+            and not bool(self.landmarks_initialised)
+        )
+
     @torch.no_grad()
     def _init_landmarks(self) -> None:
         """Landmarks := the first rows of the (shuffled) training batches, embedded.
@@ -569,13 +634,8 @@ class KernelClassifier(LightningModule):
         Skipped unless ``init_landmarks``, for layers other than ``NystromLayer``, for
         landmarks the user gave (``landmarks=`` or ``from_data``), and once done.
         """
-        hp, layer = self.hparams, self.kernel_layer
-        if (
-            not hp["init_landmarks"]
-            or not isinstance(layer, NystromLayer)
-            or getattr(layer, "landmarks_given", False)
-            or bool(self.landmarks_initialised)
-        ):
+        layer = self.kernel_layer
+        if not self._landmarks_pending() or not isinstance(layer, NystromLayer):
             return
         loader = self.trainer.train_dataloader
         if loader is None:  # test / predict without fit: ask the data module
@@ -855,11 +915,14 @@ class KernelClassifier(LightningModule):
         checkpoint holds the parameters it was fitted on.
         """
         self._init_landmarks()  # an untrained baseline evaluated without fit
-        if self.readout is not None:
-            return
-        stale = self._refits_head and self._head_state not in (None, self._feature_state())
-        if not bool(self.head.fitted) or stale:
+        if self.readout is None and self._head_needs_fit():
             self.refit_head()
+
+    def _head_needs_fit(self) -> bool:
+        """Whether the ridge read-out was never fitted, or (DI objective) was fitted in
+        this process on other features than the current ones."""
+        stale = self._refits_head and self._head_state not in (None, self._feature_state())
+        return not bool(self.head.fitted) or stale
 
     def on_test_epoch_start(self) -> None:
         self._ensure_head()

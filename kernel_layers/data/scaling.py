@@ -1,0 +1,84 @@
+"""A data module's min-max scaling of raw features as a module, for inference and export."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+__all__ = ["InputScaling"]
+
+
+class InputScaling(nn.Module):
+    """Raw feature rows to the scaled inputs a model was trained on.
+
+    ``x' = (x - shift) / divisor * keep``, then clipped to ``[0, 1]`` with ``clip``,
+    computed in float64 and returned in float32 with the sample shape, the arithmetic of
+    :class:`~kernel_layers.data.base.ArrayDataModule` (so the results agree bit for bit).
+    The statistics are float64 buffers: they travel with ``state_dict`` and into
+    ``torch.onnx.export``.
+
+    Args:
+        shift (Tensor[D] | np.ndarray): per-column minimum of the training rows.
+        divisor (Tensor[D] | np.ndarray): per-column span (``1`` for constant columns).
+        keep (Tensor[D] | np.ndarray): ``1`` for varying columns, ``0`` for constant ones.
+        clip: clip the scaled values to ``[0, 1]``.
+        input_shape: shape of one sample, ``(D,)`` or ``(C, H, W)``.
+
+    Shape:
+        ``x (Tensor[B, D] | Tensor[B, *input_shape])`` of any real dtype ->
+        ``Tensor[B, *input_shape]`` float32.
+    """
+
+    shift: Tensor
+    divisor: Tensor
+    keep: Tensor
+
+    def __init__(
+        self,
+        shift: Tensor | np.ndarray,
+        divisor: Tensor | np.ndarray,
+        keep: Tensor | np.ndarray,
+        *,
+        clip: bool,
+        input_shape: Sequence[int],
+    ) -> None:
+        super().__init__()
+        stats = [
+            torch.as_tensor(v, dtype=torch.float64).reshape(-1) for v in (shift, divisor, keep)
+        ]
+        width = stats[0].numel()
+        shape = tuple(int(s) for s in input_shape)
+        if any(v.numel() != width for v in stats) or int(np.prod(shape)) != width:
+            raise ValueError(
+                "InputScaling: arguments 'shift', 'divisor', 'keep' and 'input_shape' must "
+                f"describe the same number of features, got {[v.numel() for v in stats]} "
+                f"and input_shape {list(shape)}"
+            )
+        for name, value in zip(("shift", "divisor", "keep"), stats, strict=True):
+            self.register_buffer(name, value.clone())
+        self.clip = bool(clip)
+        self.input_shape = shape
+
+    @property
+    def in_features(self) -> int:
+        """Number of raw features ``D`` per row."""
+        return self.shift.numel()
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(x.shape[0], -1)
+        if rows.shape[1] != self.in_features:
+            raise ValueError(
+                f"InputScaling: argument 'x' must have {self.in_features} features per row "
+                f"(shape [B, {self.in_features}] or [B, *{list(self.input_shape)}]), got "
+                f"shape {list(x.shape)}"
+            )
+        scaled = (rows.to(torch.float64) - self.shift) / self.divisor * self.keep
+        if self.clip:
+            scaled = scaled.clamp(0.0, 1.0)
+        return scaled.to(torch.float32).reshape(x.shape[0], *self.input_shape)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, clip={self.clip}, input_shape={self.input_shape}"

@@ -1,0 +1,68 @@
+"""A trained classifier as one inference module: raw inputs to classes and scores.
+
+What :meth:`KernelClassifier.predictor <kernel_layers.training.module.KernelClassifier.predictor>`
+returns: a frozen copy of the model's inference path (the data's scaling, the backbone,
+the kernel layer and the read-out) in one plain :class:`torch.nn.Module`, which
+``torch.onnx.export``, ``torch.export`` and ``torch.jit.trace`` take as it is.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from kernel_layers.data.scaling import InputScaling
+
+__all__ = ["Predictor"]
+
+
+class Predictor(nn.Module):
+    """``x -> (classes, scores)``: scaling, backbone, kernel layer and read-out.
+
+    Built from copies of the given modules, put in eval mode, so later training of the
+    classifier does not change it. Without ``scaling`` it takes inputs as the model saw
+    them in training (scaled); with it, raw rows in the units of the data files.
+
+    Args:
+        kernel_layer: the trained kernel layer.
+        readout: the read-out mapping features ``[B, J]`` to scores ``[B, L]`` (the
+            fitted ridge head or the trained linear read-out).
+        backbone: the feature extractor before the kernel layer, or ``None`` (inputs are
+            then flattened to ``[B, D]``).
+        scaling: the data module's scaling of raw rows (:class:`InputScaling`), or ``None``.
+
+    Shape:
+        ``x (Tensor[B, ...])`` -> ``(classes Tensor[B] int64, scores Tensor[B, L])``.
+    """
+
+    def __init__(
+        self,
+        kernel_layer: nn.Module,
+        readout: nn.Module,
+        *,
+        backbone: nn.Module | None = None,
+        scaling: InputScaling | None = None,
+    ) -> None:
+        super().__init__()
+        self.scaling = copy.deepcopy(scaling)
+        self.backbone = copy.deepcopy(backbone)
+        self.kernel_layer = copy.deepcopy(kernel_layer)
+        self.readout = copy.deepcopy(readout)
+        self.eval()
+        self.requires_grad_(False)
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Class scores ``Tensor[B, L]`` of inputs ``x (Tensor[B, ...])``."""
+        if self.scaling is not None:
+            x = self.scaling(x)
+        if self.backbone is not None:
+            x = self.backbone(x)
+        elif x.ndim > 2:
+            x = x.flatten(1)
+        return self.readout(self.kernel_layer(x))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        scores = self.scores(x)
+        return torch.argmax(scores, dim=1), scores

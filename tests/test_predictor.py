@@ -1,0 +1,276 @@
+"""``KernelClassifier.predictor``: the trained model as one module (the data's scaling,
+backbone, kernel layer and read-out), eager and exported to onnxruntime, against the
+data module's own scaling and ``Trainer.predict``.
+
+Data: scikit-learn's bundled digits in their raw units (pixels 0..16, with constant
+columns), split by hand so that the raw test rows are at hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+
+import lightning as L
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from kernel_layers import FourierLayer, NystromLayer
+from kernel_layers.data import InputScaling, TensorDataModule
+from kernel_layers.training.backbones import SmallCNN
+from kernel_layers.training.module import KernelClassifier
+from kernel_layers.training.predictor import Predictor
+
+TRAIN = 1400
+
+
+def _digits(image: bool = False) -> tuple[np.ndarray, ...]:
+    x, y = load_digits(return_X_y=True)
+    x = x.astype(np.float32)
+    if image:
+        x = x.reshape(-1, 1, 8, 8)
+    return x[:TRAIN], y[:TRAIN], x[TRAIN:], y[TRAIN:]
+
+
+def _data(image: bool = False, **kwargs: object) -> TensorDataModule:
+    options: dict[str, object] = {"batch_size": 200, "val_fraction": 0.0}
+    options.update(kwargs)
+    return TensorDataModule(*_digits(image), **options)  # type: ignore[arg-type]
+
+
+def _onnx(module: torch.nn.Module, x: torch.Tensor) -> ort.InferenceSession:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module, (x,), dynamo=True, dynamic_shapes={"x": {0: "batch"}}, verbose=False
+        )
+    assert program is not None
+    return ort.InferenceSession(
+        program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+
+
+def _predict(trainer: L.Trainer, model: KernelClassifier, dm: TensorDataModule):
+    model.hparams["return_scores"] = True
+    batches = trainer.predict(model, dm)
+    assert batches is not None
+    classes = torch.cat([b[0] for b in batches])  # type: ignore[index]
+    scores = torch.cat([b[1] for b in batches])  # type: ignore[index]
+    return classes, scores
+
+
+# ------------------------------------------------------------------ InputScaling
+@pytest.mark.parametrize("clip", [False, True])
+@pytest.mark.parametrize("scaling", ["feature", "global"])
+def test_input_scaling_equals_the_data_modules_scaling_bit_for_bit(
+    clip: bool, scaling: str
+) -> None:
+    dm = _data(clip=clip, scaling=scaling)
+    module = dm.input_scaling()
+    raw_test = torch.from_numpy(_digits()[2])
+    expected = dm.test_dataset.tensors[0]  # type: ignore[union-attr]
+    assert torch.equal(module(raw_test), expected)
+    assert torch.equal(module(raw_test), dm.transform(raw_test))
+    assert module(raw_test.double()).dtype == torch.float32
+    # constant training columns (digits' first pixel) map to 0 in every split
+    assert bool((module(raw_test)[:, 0] == 0).all())
+    beyond = raw_test * 2 - 8  # rows outside the training range
+    assert torch.equal(module(beyond), dm.transform(beyond))
+    low, high = float(module(beyond).min()), float(module(beyond).max())
+    assert (low, high) == (0.0, 1.0) if clip else (low < 0 and high > 1)
+
+
+def test_input_scaling_keeps_the_image_shape() -> None:
+    dm = _data(image=True)
+    module = dm.input_scaling()
+    raw = torch.from_numpy(_digits(image=True)[2])
+    out = module(raw)
+    assert out.shape == (len(raw), 1, 8, 8)
+    assert torch.equal(out, dm.test_dataset.tensors[0])  # type: ignore[union-attr]
+    assert torch.equal(module(raw.reshape(len(raw), -1)), out)  # flat rows too
+
+
+def test_input_scaling_rejects_mismatched_sizes() -> None:
+    with pytest.raises(ValueError, match=r"InputScaling: arguments 'shift'.*same number"):
+        InputScaling(torch.zeros(3), torch.ones(3), torch.ones(2), clip=False, input_shape=(3,))
+    with pytest.raises(ValueError, match=r"got \[3, 3, 3\] and input_shape \[1, 2, 2\]"):
+        InputScaling(
+            torch.zeros(3), torch.ones(3), torch.ones(3), clip=False, input_shape=(1, 2, 2)
+        )
+    module = _data().input_scaling()
+    with pytest.raises(ValueError, match=r"argument 'x' must have 64 features per row.*\[5, 63\]"):
+        module(torch.zeros(5, 63))
+
+
+# ------------------------------------------------------------------ Predictor
+@pytest.fixture(scope="module")
+def fitted() -> tuple[KernelClassifier, TensorDataModule, L.Trainer]:
+    L.seed_everything(0)
+    dm = _data()
+    model = KernelClassifier(NystromLayer(64, 60, gamma=0.5), num_classes=10, lr=1e-2)
+    trainer = L.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, dm)
+    return model, dm, trainer
+
+
+def test_predictor_on_raw_rows_gives_trainer_predict_classes_and_scores(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer],
+) -> None:
+    model, dm, trainer = fitted
+    classes, scores = _predict(trainer, model, dm)
+    predictor = model.predictor(dm)
+    assert isinstance(predictor, Predictor) and isinstance(predictor.scaling, InputScaling)
+    raw_test = torch.from_numpy(_digits()[2])
+    got_classes, got_scores = predictor(raw_test)
+    assert got_classes.dtype == torch.int64
+    assert torch.equal(got_classes, classes)
+    torch.testing.assert_close(got_scores, scores, atol=1e-6, rtol=0)
+    # the accuracy the test split gives (test/acc) is the predictor's
+    test_acc = trainer.test(model, dm, verbose=False)[0]["test/acc"]
+    y_test = torch.from_numpy(_digits()[3])
+    assert float((got_classes == y_test).float().mean()) == pytest.approx(test_acc, abs=1e-6)
+    assert test_acc > 0.9
+    # without a data module it takes the inputs as scaled in training
+    plain = model.predictor()
+    assert plain.scaling is None
+    scaled = dm.test_dataset.tensors[0]  # type: ignore[union-attr]
+    assert torch.equal(plain(scaled)[0], got_classes)
+
+
+def test_predictor_runs_in_onnxruntime(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer],
+) -> None:
+    model, dm, _ = fitted
+    predictor = model.predictor(dm)
+    raw_test = torch.from_numpy(_digits()[2])
+    session = _onnx(predictor, raw_test[:8])
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    onnx_classes, onnx_scores = session.run(None, {"x": raw_test.numpy()})
+    classes, scores = predictor(raw_test)
+    # as close to the float64 model as PyTorch's own float32 forward
+    reference = copy.deepcopy(predictor).double()
+    assert reference.scaling is not None
+    exact = reference.readout(reference.kernel_layer(reference.scaling(raw_test).double()))
+    eager_error = float((scores.double() - exact).abs().max())
+    onnx_error = float((torch.from_numpy(onnx_scores).double() - exact).abs().max())
+    assert onnx_error <= 2 * eager_error + 1e-6
+    assert (onnx_classes == classes.numpy()).mean() >= 0.99
+
+
+def test_predictor_is_a_frozen_copy(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer],
+) -> None:
+    model, dm, _ = fitted
+    predictor = model.predictor(dm)
+    assert not predictor.training
+    assert not any(p.requires_grad for p in predictor.parameters())
+    assert model.kernel_layer.landmarks.requires_grad  # the model itself is untouched
+    raw_test = torch.from_numpy(_digits()[2])
+    before = predictor(raw_test)[1]
+    saved = model.kernel_layer.landmarks.detach().clone()
+    try:
+        with torch.no_grad():
+            model.kernel_layer.landmarks.mul_(0.5)
+        assert torch.equal(predictor(raw_test)[1], before)
+    finally:
+        with torch.no_grad():
+            model.kernel_layer.landmarks.copy_(saved)
+
+
+def test_predictor_refits_a_stale_read_out_from_the_data_module() -> None:
+    dm = _data()
+    dm.setup()
+    x_train = dm.train_dataset.tensors[0]  # type: ignore[union-attr]
+    layer = NystromLayer.from_data(x_train, 60, gamma=0.5, seed=0)
+    model = KernelClassifier(layer, num_classes=10)
+    with pytest.raises(
+        RuntimeError,
+        match=r"predictor: the ridge read-out is not fitted.*"
+        r"pass argument 'datamodule'",
+    ):
+        model.predictor()
+    predictor = model.predictor(dm)  # refits on the training split
+    assert bool(model.head.fitted)
+    scaled = dm.test_dataset.tensors[0]  # type: ignore[union-attr]
+    expected = model.scores(model(scaled))
+    torch.testing.assert_close(predictor(torch.from_numpy(_digits()[2]))[1], expected)
+
+
+def test_predictor_refuses_landmarks_never_drawn() -> None:
+    model = KernelClassifier(NystromLayer(64, 60, gamma=0.5), num_classes=10)
+    with pytest.raises(RuntimeError, match=r"landmarks were never initialised"):
+        model.predictor(_data())
+
+
+def test_predictor_rejects_other_data() -> None:
+    model = KernelClassifier(FourierLayer(64, 30, seed=0), num_classes=10)
+    with pytest.raises(
+        TypeError,
+        match=r"argument 'datamodule' must be a kernel_layers.data "
+        r"ArrayDataModule or None, got dict",
+    ):
+        model.predictor({})  # type: ignore[arg-type]
+    rng = np.random.default_rng(0)
+    narrow = TensorDataModule(
+        rng.random((50, 32)), np.arange(50) % 10, rng.random((10, 32)), np.arange(10)
+    )
+    with pytest.raises(ValueError, match=r"in_features=64 must equal the data's in_features=32"):
+        model.predictor(narrow)
+
+
+def test_predictor_with_a_backbone_and_a_trained_read_out(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    L.seed_everything(0)
+    dm = _data(image=True, scaling="global")
+    model = KernelClassifier(
+        FourierLayer(16, 40, gamma=0.5, seed=0),
+        num_classes=10,
+        backbone=SmallCNN(1, 16, width=4),
+        objective="ce",
+        lr=1e-2,
+    )
+    trainer = make_trainer(max_epochs=2)
+    trainer.fit(model, dm)
+    classes, scores = _predict(trainer, model, dm)
+    predictor = model.predictor(dm)
+    assert predictor.backbone is not None
+    raw = torch.from_numpy(_digits(image=True)[2])
+    got_classes, got_scores = predictor(raw)
+    assert torch.equal(got_classes, classes)
+    torch.testing.assert_close(got_scores, scores, atol=1e-5, rtol=0)
+    onnx_classes, onnx_scores = _onnx(predictor, raw[:8]).run(None, {"x": raw.numpy()})
+    np.testing.assert_allclose(onnx_scores, got_scores.numpy(), atol=1e-4, rtol=0)
+    assert (onnx_classes == got_classes.numpy()).mean() >= 0.99
+
+
+def test_export_onnx_writes_the_file_whole_and_checks_it(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer], tmp_path
+) -> None:
+    from kernel_layers.training.export import export_onnx
+
+    model, dm, _ = fitted
+    predictor = model.predictor(dm)
+    raw_test = torch.from_numpy(_digits()[2])
+    with pytest.raises(ValueError, match=r"argument 'path' must end in .onnx, got '.*m.pt'"):
+        export_onnx(predictor, tmp_path / "m.pt", raw_test[:8])
+    with pytest.raises(ValueError, match=r"'example' must be a batch of at least 2 rows.*\[1, 6"):
+        export_onnx(predictor, tmp_path / "m.onnx", raw_test[:1])
+    assert not list(tmp_path.iterdir())
+    check = export_onnx(predictor, tmp_path / "sub" / "m.onnx", raw_test[:64])
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["m.onnx"]  # no scratch file
+    assert check.classes_agree == 1.0 and 0 <= check.max_abs_gap < 1e-4
+    session = ort.InferenceSession(str(tmp_path / "sub" / "m.onnx"))
+    classes, _ = session.run(None, {"x": raw_test.numpy()})
+    assert (classes == predictor(raw_test)[0].numpy()).mean() >= 0.99
