@@ -60,6 +60,8 @@ __all__ = [
 EXTRA_COMMANDS = """other commands:
   kernel-layers recipes             list the shipped recipes (use one as --config NAME)
   kernel-layers plot RUN_DIR        draw a run's curves (and landmarks / bandwidths)
+  kernel-layers export --config NAME --ckpt_path CKPT [--export_output model.onnx]
+                                    the trained model, with the data's scaling, as ONNX
   kernel-layers select-gamma ...    the paper's gamma search (3-fold CV, Nystrom + linear SVM)
 
 --ckpt_path: a checkpoint whose saved hyper-parameters differ from the configuration is an
@@ -247,17 +249,16 @@ class KernelLayersCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         return
 
-    def _check_ckpt_path(self) -> None:
-        subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if not ckpt_path:
-            return
-        path = Path(ckpt_path)
+    def resolve_ckpt_path(self, ckpt_path: str) -> Path:
+        """``ckpt_path`` as a file: ``"last"`` is the checkpoint callback's ``last.ckpt``."""
         callback = self.trainer.checkpoint_callback
         if ckpt_path == "last" and isinstance(callback, ModelCheckpoint) and callback.dirpath:
-            path = Path(callback.dirpath) / "last.ckpt"
-        if not path.is_file():
-            return  # Lightning reports a missing checkpoint itself
+            return Path(callback.dirpath) / "last.ckpt"
+        return Path(ckpt_path)
+
+    def check_ckpt_matches(self, path: Path, ckpt_path: str) -> None:
+        """Raise when the checkpoint at ``path`` was saved with other hyper-parameters
+        than the configuration sets, naming each difference."""
         saved = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
         wrong = _differences(_plain(saved), _plain(dict(self.model.hparams)), "model")
         if wrong:
@@ -268,6 +269,15 @@ class KernelLayersCLI(LightningCLI):
                 + " (make the configuration match the checkpoint, or train anew without "
                 "--ckpt_path)"
             )
+
+    def _check_ckpt_path(self) -> None:
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path:
+            return
+        path = self.resolve_ckpt_path(ckpt_path)
+        if path.is_file():  # else Lightning reports the missing checkpoint itself
+            self.check_ckpt_matches(path, ckpt_path)
 
     def before_fit(self) -> None:
         self._check_ckpt_path()
@@ -378,6 +388,61 @@ def _plot_command(argv: list[str]) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ export
+def _export_command(argv: list[str]) -> int:
+    """``kernel-layers export --config NAME [...] --ckpt_path CKPT``: the checkpoint's model,
+    with the data's scaling, as one ONNX file taking raw rows (:func:`export_onnx`)."""
+    from kernel_layers.training.export import export_onnx
+
+    parser = argparse.ArgumentParser(
+        prog="kernel-layers export",
+        description="Write a trained model as ONNX: raw rows in the units of the data files "
+        "(the data's min-max scaling included) to classes and per-class scores. The other "
+        "arguments are those of `kernel-layers fit` (--config and overrides), which name "
+        "the data; the configuration must match the checkpoint's hyper-parameters.",
+    )
+    parser.add_argument("--ckpt_path", required=True, help="a checkpoint file, or 'last'")
+    parser.add_argument("--export_output", default="model.onnx", help="the .onnx file to write")
+    args, rest = parser.parse_known_args(argv)
+    if not args.export_output.endswith(".onnx"):
+        parser.error(f"argument --export_output must end in .onnx, got {args.export_output!r}")
+    try:
+        rest = resolve_config_args(rest)
+        check_j_set_once(rest)
+    except ValueError as err:
+        parser.error(str(err))
+    cli = KernelLayersCLI(
+        KernelClassifier,
+        ArrayDataModule,
+        subclass_mode_data=True,
+        run=False,
+        args=rest,
+        save_config_callback=None,
+    )
+    path = cli.resolve_ckpt_path(args.ckpt_path)
+    if not path.is_file():
+        parser.error(f"argument --ckpt_path: no checkpoint file at {str(path)!r}")
+    cli.check_ckpt_matches(path, args.ckpt_path)
+    model = KernelClassifier.load_from_checkpoint(path, map_location="cpu")
+    datamodule = cli.datamodule
+    if not isinstance(datamodule, ArrayDataModule):  # guaranteed by the CLI's data class
+        parser.error(f"the data module must be an ArrayDataModule, got {type(datamodule)}")
+    predictor = model.predictor(datamodule)
+    assert predictor.scaling is not None  # a data module was given
+    scaled = datamodule.test_dataset.tensors[0][:64]  # type: ignore[union-attr]
+    # raw rows that scale to the first test rows (constant columns: their training value)
+    raw = scaled.reshape(len(scaled), -1).double() * predictor.scaling.divisor
+    raw = raw + predictor.scaling.shift
+    check = export_onnx(predictor, args.export_output, raw.float().reshape(scaled.shape))
+    print(
+        f"wrote {args.export_output}: input x [batch, {', '.join(map(str, scaled.shape[1:]))}] "
+        f"raw features; outputs classes [batch], scores [batch, {model.hparams['num_classes']}]"
+        f"; onnxruntime on {len(raw)} test rows: classes agree {check.classes_agree:.1%}, "
+        f"max |onnx - torch| {check.max_abs_gap:.1e}"
+    )
+    return 0
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``kernel-layers`` console script.
 
@@ -391,6 +456,8 @@ def main(args: list[str] | None = None) -> None:
         raise SystemExit(entry.recipes_command(argv[1:]))
     if argv[:1] == ["plot"]:
         raise SystemExit(_plot_command(argv[1:]))
+    if argv[:1] == ["export"]:
+        raise SystemExit(_export_command(argv[1:]))
     try:
         argv = resolve_config_args(argv)
         check_j_set_once(argv)

@@ -1,0 +1,108 @@
+"""Write a :class:`~kernel_layers.training.predictor.Predictor` as an ONNX file, checked in
+onnxruntime.
+
+Needs the ``onnx`` extra (onnx, onnxscript, onnxruntime: ``pip install
+"kernel-layers[onnx]"``), which training does not use.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from kernel_layers.training.predictor import Predictor
+
+__all__ = ["ONNX_OPSET", "ExportCheck", "export_onnx"]
+
+#: ONNX opset of the exported files (what ``torch.onnx.export`` and onnxruntime share).
+ONNX_OPSET = 18
+
+_MISSING = (
+    "export_onnx: exporting to ONNX needs onnx, onnxscript and onnxruntime; install the "
+    "'onnx' extra: pip install \"kernel-layers[onnx]\" (from a checkout: pip install "
+    '".[onnx]"); missing: {}'
+)
+
+
+class ExportCheck(NamedTuple):
+    """The exported file against PyTorch on the example rows."""
+
+    #: largest ``|onnxruntime - PyTorch|`` over the scores
+    max_abs_gap: float
+    #: fraction of rows whose class is the same (near ties may differ)
+    classes_agree: float
+
+
+def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Tensor) -> ExportCheck:
+    """Export ``predictor`` to ``path`` (input ``x``, outputs ``classes`` and ``scores``,
+    any batch size) and run the file in onnxruntime on ``example``.
+
+    The file is written to a temporary name and renamed into place, so an interrupted
+    export never leaves a truncated file (an existing file is replaced only by a complete
+    one).
+
+    Args:
+        predictor: the module to export (:meth:`KernelClassifier.predictor
+            <kernel_layers.training.module.KernelClassifier.predictor>`).
+        path: the ``.onnx`` file to write.
+        example (Tensor[B, ...]): inputs the exported graph is traced with and checked
+            on (``B >= 2``).
+
+    Returns:
+        ExportCheck: the largest score gap and the class agreement on ``example``.
+
+    Raises:
+        ImportError: the ``onnx`` extra is not installed.
+        ValueError: ``path`` does not end in ``.onnx``, or ``example`` has fewer than 2 rows.
+    """
+    target = Path(path)
+    if target.suffix != ".onnx":
+        raise ValueError(f"export_onnx: argument 'path' must end in .onnx, got {str(path)!r}")
+    if example.ndim < 2 or example.shape[0] < 2:
+        raise ValueError(
+            "export_onnx: argument 'example' must be a batch of at least 2 rows, got shape "
+            f"{list(example.shape)}"
+        )
+    try:
+        import onnxruntime as ort
+        import onnxscript  # noqa: F401  (torch.onnx.export's dynamo path needs it)
+    except ImportError as err:
+        raise ImportError(_MISSING.format(err.name)) from err
+    predictor = predictor.cpu().eval()
+    example = example.cpu()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = str(target.parent / f".{target.name}.{os.getpid()}.tmp")  # umask's permissions
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's progress and deprecations
+            program = torch.onnx.export(
+                predictor,
+                (example,),
+                dynamo=True,
+                opset_version=ONNX_OPSET,
+                input_names=["x"],
+                output_names=["classes", "scores"],
+                dynamic_shapes={"x": {0: "batch"}},
+                verbose=False,
+            )
+        if program is None:
+            raise RuntimeError("export_onnx: torch.onnx.export returned no program")
+        program.save(scratch)
+        session = ort.InferenceSession(scratch, providers=["CPUExecutionProvider"])
+        classes, scores = session.run(None, {"x": example.numpy()})
+        with torch.no_grad():
+            want_classes, want_scores = predictor(example)
+        check = ExportCheck(
+            float((torch.from_numpy(scores) - want_scores).abs().max()),
+            float((torch.from_numpy(classes) == want_classes).double().mean()),
+        )
+        os.replace(scratch, target)
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+    return check
