@@ -274,3 +274,24 @@ def test_export_onnx_writes_the_file_whole_and_checks_it(
     session = ort.InferenceSession(str(tmp_path / "sub" / "m.onnx"))
     classes, _ = session.run(None, {"x": raw_test.numpy()})
     assert (classes == predictor(raw_test)[0].numpy()).mean() >= 0.99
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_predictor_of_a_cuda_model_scales_on_its_device(tmp_path) -> None:
+    from kernel_layers.training.export import export_onnx
+
+    dm = _data()
+    dm.setup()
+    x_train = dm.train_dataset.tensors[0]  # type: ignore[union-attr]
+    layer = NystromLayer.from_data(x_train, 60, gamma=0.5, seed=0)
+    model = KernelClassifier(layer, num_classes=10)
+    cpu = model.predictor(dm)
+    predictor = model.cuda().predictor(dm)
+    assert predictor.scaling is not None and predictor.scaling.shift.device.type == "cuda"
+    assert predictor.scaling.shift.dtype == torch.float64
+    raw_test = torch.from_numpy(_digits()[2])
+    classes, scores = predictor(raw_test.cuda())
+    assert torch.equal(classes.cpu(), cpu(raw_test)[0])
+    torch.testing.assert_close(scores.cpu(), cpu(raw_test)[1], atol=1e-5, rtol=0)
+    export_onnx(predictor, tmp_path / "m.onnx", raw_test[:8])
+    assert predictor.scaling.shift.device.type == "cuda"  # the caller's copy did not move

@@ -7,6 +7,7 @@ Needs the ``onnx`` extra (onnx, onnxscript, onnxruntime: ``pip install
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from pathlib import Path
@@ -73,7 +74,7 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
         import onnxscript  # noqa: F401  (torch.onnx.export's dynamo path needs it)
     except ImportError as err:
         raise ImportError(_MISSING.format(err.name)) from err
-    predictor = predictor.cpu().eval()
+    predictor = copy.deepcopy(predictor).cpu().eval()  # the caller's stays where it is
     example = example.cpu()
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = str(target.parent / f".{target.name}.{os.getpid()}.tmp")  # umask's permissions

@@ -332,7 +332,7 @@ class KernelClassifier(LightningModule):
                     f"ArrayDataModule or None, got {type(datamodule).__name__}"
                 )
             self.check_data_sizes(datamodule)
-            scaling = datamodule.input_scaling()
+            scaling = datamodule.input_scaling().to(self.device)  # float64 kept
         if self._landmarks_pending():
             raise RuntimeError(
                 f"{owner}: the Nystrom landmarks were never initialised from the data "
