@@ -295,3 +295,52 @@ def test_predictor_of_a_cuda_model_scales_on_its_device(tmp_path) -> None:
     torch.testing.assert_close(scores.cpu(), cpu(raw_test)[1], atol=1e-5, rtol=0)
     export_onnx(predictor, tmp_path / "m.onnx", raw_test[:8])
     assert predictor.scaling.shift.device.type == "cuda"  # the caller's copy did not move
+
+
+def test_a_float64_predictor_has_no_float32_round_off(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer], tmp_path
+) -> None:
+    from kernel_layers.training.export import export_onnx
+
+    model, dm, _ = fitted
+    predictor = model.predictor(dm, dtype=torch.float64)
+    assert predictor.scaling is not None and predictor.scaling.dtype == torch.float64
+    raw_test = torch.from_numpy(_digits()[2])
+    classes, scores = predictor(raw_test)
+    assert classes.dtype == torch.int64
+    assert scores.dtype == torch.float64
+    reference = copy.deepcopy(model).double().eval()
+    with torch.no_grad():
+        # its scaling hands the model float64 rows (not rounded to float32 first)
+        exact = reference.head(reference(predictor.scaling(raw_test)))
+    torch.testing.assert_close(scores, exact, atol=1e-12, rtol=0)
+    assert model.kernel_layer.landmarks.dtype == torch.float32  # the model is untouched
+    check = export_onnx(predictor, tmp_path / "m64.onnx", raw_test[:8])
+    assert check.classes_agree == 1.0 and check.max_abs_gap < 1e-6
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'dtype' must be torch.float32, torch.float64 "
+        r"or None, got torch.float16",
+    ):
+        model.predictor(dm, dtype=torch.float16)
+
+
+def test_export_onnx_names_what_onnxruntime_cannot_run(tmp_path) -> None:
+    """onnxruntime's CPU convolution is float32 only: a float64 CNN model is refused with
+    a message that says so, and no file is left behind."""
+    from kernel_layers.training.export import export_onnx
+
+    torch.manual_seed(0)
+    predictor = Predictor(
+        FourierLayer(16, 20, seed=0),
+        torch.nn.Linear(20, 10),
+        backbone=SmallCNN(1, 16, width=4),
+        dtype=torch.float64,
+    )
+    with pytest.raises(
+        RuntimeError,
+        match=r"onnxruntime cannot run the exported graph .*Conv.*"
+        r"export such a model in float32",
+    ):
+        export_onnx(predictor, tmp_path / "cnn64.onnx", torch.rand(4, 1, 8, 8, dtype=torch.float64))
+    assert not list(tmp_path.iterdir())

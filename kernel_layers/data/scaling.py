@@ -26,10 +26,12 @@ class InputScaling(nn.Module):
         keep (Tensor[D] | np.ndarray): ``1`` for varying columns, ``0`` for constant ones.
         clip: clip the scaled values to ``[0, 1]``.
         input_shape: shape of one sample, ``(D,)`` or ``(C, H, W)``.
+        dtype: dtype of the output (float32, the data modules' tensors; float64 for a
+            model evaluated in float64).
 
     Shape:
         ``x (Tensor[B, D] | Tensor[B, *input_shape])`` of any real dtype ->
-        ``Tensor[B, *input_shape]`` float32.
+        ``Tensor[B, *input_shape]`` in ``dtype``.
     """
 
     shift: Tensor
@@ -44,6 +46,7 @@ class InputScaling(nn.Module):
         *,
         clip: bool,
         input_shape: Sequence[int],
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
         stats = [
@@ -59,8 +62,14 @@ class InputScaling(nn.Module):
             )
         for name, value in zip(("shift", "divisor", "keep"), stats, strict=True):
             self.register_buffer(name, value.clone())
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(
+                "InputScaling: argument 'dtype' must be torch.float32 or torch.float64, "
+                f"got {dtype}"
+            )
         self.clip = bool(clip)
         self.input_shape = shape
+        self.dtype = dtype
 
     @property
     def in_features(self) -> int:
@@ -78,7 +87,10 @@ class InputScaling(nn.Module):
         scaled = (rows.to(torch.float64) - self.shift) / self.divisor * self.keep
         if self.clip:
             scaled = scaled.clamp(0.0, 1.0)
-        return scaled.to(torch.float32).reshape(x.shape[0], *self.input_shape)
+        return scaled.to(self.dtype).reshape(x.shape[0], *self.input_shape)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, clip={self.clip}, input_shape={self.input_shape}"
+        return (
+            f"in_features={self.in_features}, clip={self.clip}, input_shape={self.input_shape}, "
+            f"dtype={self.dtype}"
+        )

@@ -403,6 +403,13 @@ def _export_command(argv: list[str]) -> int:
     )
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint file, or 'last'")
     parser.add_argument("--export_output", default="model.onnx", help="the .onnx file to write")
+    parser.add_argument(
+        "--export_dtype",
+        choices=("float32", "float64"),
+        default="float32",
+        help="the dtype the exported model computes in (float64: no float32 round-off, "
+        "for models without convolutions)",
+    )
     args, rest = parser.parse_known_args(argv)
     if not args.export_output.endswith(".onnx"):
         parser.error(f"argument --export_output must end in .onnx, got {args.export_output!r}")
@@ -427,7 +434,7 @@ def _export_command(argv: list[str]) -> int:
     datamodule = cli.datamodule
     if not isinstance(datamodule, ArrayDataModule):  # guaranteed by the CLI's data class
         parser.error(f"the data module must be an ArrayDataModule, got {type(datamodule)}")
-    predictor = model.predictor(datamodule)
+    predictor = model.predictor(datamodule, dtype=getattr(torch, args.export_dtype))
     assert predictor.scaling is not None  # a data module was given
     scaled = datamodule.test_dataset.tensors[0][:64]  # type: ignore[union-attr]
     # raw rows that scale to the first test rows (constant columns: their training value)
@@ -436,7 +443,8 @@ def _export_command(argv: list[str]) -> int:
     check = export_onnx(predictor, args.export_output, raw.float().reshape(scaled.shape))
     print(
         f"wrote {args.export_output}: input x [batch, {', '.join(map(str, scaled.shape[1:]))}] "
-        f"raw features; outputs classes [batch], scores [batch, {model.hparams['num_classes']}]"
+        f"raw features; outputs classes [batch], scores [batch, {model.hparams['num_classes']}] "
+        f"({args.export_dtype})"
         f"; onnxruntime on {len(raw)} test rows: classes agree {check.classes_agree:.1%}, "
         f"max |onnx - torch| {check.max_abs_gap:.1e}"
     )

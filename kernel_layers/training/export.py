@@ -60,6 +60,7 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
     Raises:
         ImportError: the ``onnx`` extra is not installed.
         ValueError: ``path`` does not end in ``.onnx``, or ``example`` has fewer than 2 rows.
+        RuntimeError: onnxruntime cannot run the graph (no file is written).
     """
     target = Path(path)
     if target.suffix != ".onnx":
@@ -94,7 +95,14 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
         if program is None:
             raise RuntimeError("export_onnx: torch.onnx.export returned no program")
         program.save(scratch)
-        session = ort.InferenceSession(scratch, providers=["CPUExecutionProvider"])
+        try:
+            session = ort.InferenceSession(scratch, providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own exception types
+            raise RuntimeError(
+                f"export_onnx: onnxruntime cannot run the exported graph ({err}); its CPU "
+                "kernels for some operators (convolutions among them) are float32 only: "
+                "export such a model in float32"
+            ) from err
         classes, scores = session.run(None, {"x": example.numpy()})
         with torch.no_grad():
             want_classes, want_scores = predictor(example)

@@ -297,7 +297,9 @@ class KernelClassifier(LightningModule):
             )
         return self.head(features)
 
-    def predictor(self, datamodule: ArrayDataModule | None = None) -> Predictor:
+    def predictor(
+        self, datamodule: ArrayDataModule | None = None, *, dtype: torch.dtype | None = None
+    ) -> Predictor:
         """The trained model as one inference module ``x -> (classes, scores)``.
 
         A frozen copy (eval mode, no gradients) of the backbone, the kernel layer and the
@@ -313,6 +315,8 @@ class KernelClassifier(LightningModule):
         Args:
             datamodule: a :class:`~kernel_layers.data.ArrayDataModule` (every
                 :mod:`kernel_layers.data` module), or ``None``.
+            dtype: ``torch.float64`` evaluates the copy in float64 (for a kernel layer whose
+                float32 round-off moves the scores); ``None``: as the model is.
 
         Returns:
             Predictor: ``x (Tensor[B, ...]) -> (classes Tensor[B] int64, scores Tensor[B, L])``.
@@ -349,7 +353,9 @@ class KernelClassifier(LightningModule):
                     )
                 self.refit_head(datamodule.train_eval_dataloader())
             readout = self.head
-        return Predictor(self.kernel_layer, readout, backbone=self.backbone, scaling=scaling)
+        return Predictor(
+            self.kernel_layer, readout, backbone=self.backbone, scaling=scaling, dtype=dtype
+        )
 
     # ------------------------------------------------------------------ training
     def _check_batch(self, batch: int) -> None:

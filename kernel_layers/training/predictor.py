@@ -32,6 +32,10 @@ class Predictor(nn.Module):
         backbone: the feature extractor before the kernel layer, or ``None`` (inputs are
             then flattened to ``[B, D]``).
         scaling: the data module's scaling of raw rows (:class:`InputScaling`), or ``None``.
+        dtype: evaluate in this dtype (e.g. ``torch.float64`` where float32 round-off,
+            amplified by an ill-conditioned ``K_Z``, moves the scores); ``None``: the
+            modules' own (float32 for trained models). The scaling always computes in
+            float64 and hands the model this dtype.
 
     Shape:
         ``x (Tensor[B, ...])`` -> ``(classes Tensor[B] int64, scores Tensor[B, L])``.
@@ -44,12 +48,24 @@ class Predictor(nn.Module):
         *,
         backbone: nn.Module | None = None,
         scaling: InputScaling | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        if dtype is not None and dtype not in (torch.float32, torch.float64):
+            raise ValueError(
+                "Predictor: argument 'dtype' must be torch.float32, torch.float64 or None, "
+                f"got {dtype}"
+            )
         self.scaling = copy.deepcopy(scaling)
         self.backbone = copy.deepcopy(backbone)
         self.kernel_layer = copy.deepcopy(kernel_layer)
         self.readout = copy.deepcopy(readout)
+        if dtype is not None:
+            for module in (self.backbone, self.kernel_layer, self.readout):
+                if module is not None:
+                    module.to(dtype)
+            if self.scaling is not None:
+                self.scaling.dtype = dtype  # its statistics stay float64
         self.eval()
         self.requires_grad_(False)
 
