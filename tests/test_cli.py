@@ -584,6 +584,14 @@ def test_export_refuses_bad_arguments(fitted_quickstart: Path, monkeypatch, caps
         main(["export", "--config", "quickstart", "--ckpt_path", "last", "--export_output", "m.pt"])
     assert exit_info.value.code == 2
     assert "argument --export_output must end in .onnx, got 'm.pt'" in capsys.readouterr().err
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "onnxscript", None)  # as if the extra were not installed
+        with pytest.raises(SystemExit):
+            main(["export", "--config", "quickstart", "--ckpt_path", "last"])
+    assert (
+        "exporting to ONNX needs onnx, onnxscript and onnxruntime; install the 'onnx' extra: "
+        'pip install "kernel-layers[onnx]"' in capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):
         main(["export", "--config", "quickstart", "--ckpt_path", "nowhere.ckpt", *QUIET])
     assert "argument --ckpt_path: no checkpoint file at 'nowhere.ckpt'" in capsys.readouterr().err

@@ -392,7 +392,7 @@ def _plot_command(argv: list[str]) -> int:
 def _export_command(argv: list[str]) -> int:
     """``kernel-layers export --config NAME [...] --ckpt_path CKPT``: the checkpoint's model,
     with the data's scaling, as one ONNX file taking raw rows (:func:`export_onnx`)."""
-    from kernel_layers.training.export import export_onnx
+    from kernel_layers.training.export import export_onnx, require_onnx
 
     parser = argparse.ArgumentParser(
         prog="kernel-layers export",
@@ -413,6 +413,10 @@ def _export_command(argv: list[str]) -> int:
     args, rest = parser.parse_known_args(argv)
     if not args.export_output.endswith(".onnx"):
         parser.error(f"argument --export_output must end in .onnx, got {args.export_output!r}")
+    try:
+        require_onnx()
+    except ImportError as err:
+        parser.error(str(err))
     try:
         rest = resolve_config_args(rest)
         check_j_set_once(rest)

@@ -18,13 +18,13 @@ from torch import Tensor
 
 from kernel_layers.training.predictor import Predictor
 
-__all__ = ["ONNX_OPSET", "ExportCheck", "export_onnx"]
+__all__ = ["ONNX_OPSET", "ExportCheck", "export_onnx", "require_onnx"]
 
 #: ONNX opset of the exported files (what ``torch.onnx.export`` and onnxruntime share).
 ONNX_OPSET = 18
 
 _MISSING = (
-    "export_onnx: exporting to ONNX needs onnx, onnxscript and onnxruntime; install the "
+    "exporting to ONNX needs onnx, onnxscript and onnxruntime; install the "
     "'onnx' extra: pip install \"kernel-layers[onnx]\" (from a checkout: pip install "
     '".[onnx]"); missing: {}'
 )
@@ -37,6 +37,17 @@ class ExportCheck(NamedTuple):
     max_abs_gap: float
     #: fraction of rows whose class is the same (near ties may differ)
     classes_agree: float
+
+
+def require_onnx() -> None:
+    """Raise an :class:`ImportError` naming the ``onnx`` extra unless onnx, onnxscript and
+    onnxruntime import."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401  (torch.onnx.export's dynamo path needs it)
+    except ImportError as err:
+        raise ImportError(_MISSING.format(err.name)) from err
 
 
 def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Tensor) -> ExportCheck:
@@ -70,11 +81,9 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
             "export_onnx: argument 'example' must be a batch of at least 2 rows, got shape "
             f"{list(example.shape)}"
         )
-    try:
-        import onnxruntime as ort
-        import onnxscript  # noqa: F401  (torch.onnx.export's dynamo path needs it)
-    except ImportError as err:
-        raise ImportError(_MISSING.format(err.name)) from err
+    require_onnx()
+    import onnxruntime as ort
+
     predictor = copy.deepcopy(predictor).cpu().eval()  # the caller's stays where it is
     example = example.cpu()
     target.parent.mkdir(parents=True, exist_ok=True)
