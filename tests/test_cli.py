@@ -556,6 +556,19 @@ def test_export_writes_an_onnx_model_of_raw_rows(fitted_quickstart: Path, monkey
     assert (classes == expected.argmax(1).numpy()).mean() > 0.999
 
 
+def test_export_from_the_console_script_warns_nothing(fitted_quickstart: Path, monkeypatch):
+    monkeypatch.chdir(fitted_quickstart)
+    command = ["export", "--config", "quickstart", "--ckpt_path", "last", *QUIET]
+    monkeypatch.setattr(sys, "argv", ["kernel-layers", *command, "--export_output=c.onnx"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+    assert exit_info.value.code == 0 and (fitted_quickstart / "c.onnx").is_file()
+    assert not [w for w in caught if "LightningCLI's args parameter" in str(w.message)]
+    assert sys.argv[0] == "kernel-layers" and sys.argv[-1] == "--export_output=c.onnx"
+
+
 def test_export_in_float64(fitted_quickstart: Path, monkeypatch, capsys) -> None:
     import onnxruntime as ort
     from sklearn.datasets import load_digits

@@ -422,14 +422,17 @@ def _export_command(argv: list[str]) -> int:
         check_j_set_once(rest)
     except ValueError as err:
         parser.error(str(err))
-    cli = KernelLayersCLI(
-        KernelClassifier,
-        ArrayDataModule,
-        subclass_mode_data=True,
-        run=False,
-        args=rest,
-        save_config_callback=None,
-    )
+    program, sys.argv = sys.argv, [sys.argv[0], *rest]  # LightningCLI reads the command line
+    try:
+        cli = KernelLayersCLI(
+            KernelClassifier,
+            ArrayDataModule,
+            subclass_mode_data=True,
+            run=False,
+            save_config_callback=None,
+        )
+    finally:
+        sys.argv = program
     path = cli.resolve_ckpt_path(args.ckpt_path)
     if not path.is_file():
         parser.error(f"argument --ckpt_path: no checkpoint file at {str(path)!r}")
