@@ -7,10 +7,11 @@ one triangle only; on the machine measured it forms the ``[1000, 1000]`` Gram of
 for a block-triangular product in PyTorch and 86 ms / 45 ms for the full product. Its
 LAPACK ``?potrf`` factorises a float64 ``[1000, 1000]`` matrix in 10.2 ms against
 13.1 ms for ``torch.linalg.cholesky_ex`` (one thread each, benchmarks/README.md). Where
-PyTorch runs AVX-512 kernels its own LAPACK (MKL in the x86 wheels) is the faster one
-(7.7 ms against 10.2 ms on an AVX-512 Xeon, 2026-11-25), so the host Cholesky serves
-the other CPUs only (:func:`host_cholesky_preferred`); the host ``syrk`` wins on both
-(15.0 ms against 23.3 ms for PyTorch's full float32 product there).
+PyTorch runs AVX-512 kernels on an Intel CPU its own LAPACK (MKL in the x86 wheels) is
+the faster one (7.7 ms against 10.2 ms on an AVX-512 Xeon, 2026-11-25), so the host
+Cholesky serves the other CPUs only, AMD's AVX-512 ones among them
+(:func:`host_cholesky_preferred`); the host ``syrk`` wins on both (15.0 ms against
+23.3 ms for PyTorch's full float32 product on that Xeon).
 
 Both serve DI's forward pass only (inside a custom autograd function, no graph), and
 only while PyTorch runs one intra-op thread (``torch.set_num_threads(1)``, as in
@@ -46,6 +47,7 @@ from torch import Tensor
 __all__ = [
     "HOST_CHOLESKY_MIN_SIZE",
     "HOST_SYRK_MIN_WORK",
+    "cpu_vendor",
     "host_cholesky_ex",
     "host_cholesky_preferred",
     "host_lower_gram",
@@ -88,15 +90,34 @@ def _potrf(dtype: torch.dtype) -> Any:
     return lapack.spotrf if dtype == torch.float32 else lapack.dpotrf
 
 
+def cpu_vendor(path: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from Linux's
+    ``/proc/cpuinfo`` (``path``), or ``""`` where that file is missing or does not say."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
 @functools.cache
 def host_cholesky_preferred() -> bool:
     """Whether SciPy's ``?potrf`` beats ``torch.linalg.cholesky_ex`` on this CPU: not
-    where PyTorch dispatches AVX-512 kernels (measured, float64, one thread, orders
-    500 / 1000 / 2000: 1.67 / 10.15 / 78.0 ms for the host routine against 1.14 / 7.72 /
-    53.1 ms for PyTorch's on an AVX-512 Xeon; on an earlier machine 1.6 / 10.2 / 69 ms
-    against 2.1 / 13.1 / 92 ms). Decided once per process from the CPU alone, so that
-    every run on a machine takes the same path (bit-for-bit reproducible)."""
-    return torch.backends.cpu.get_cpu_capability() != "AVX512"
+    on an Intel CPU where PyTorch dispatches AVX-512 kernels (measured, float64, one
+    thread, orders 500 / 1000 / 2000: 1.67 / 10.15 / 78.0 ms for the host routine
+    against 1.14 / 7.72 / 53.1 ms for PyTorch's MKL on an AVX-512 Xeon; on an earlier
+    machine 1.6 / 10.2 / 69 ms against 2.1 / 13.1 / 92 ms), and so on an AMD CPU with
+    AVX-512 as well, where MKL does not take its fast paths (an AVX-512 EPYC: 1.55 /
+    9.83 / 65.9 ms against 2.02 / 9.93 / 70.3 ms; float32 1.41 / 5.37 / 33.4 against
+    1.37 / 6.29 / 39.5). Decided once per process from the CPU alone, so that every
+    run on a machine takes the same path (bit-for-bit reproducible); a CPU whose vendor
+    is unknown is taken for an Intel one."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return True
+    return cpu_vendor() not in ("", "GenuineIntel")
 
 
 def _plain_cpu_matrix(a: Tensor) -> bool:

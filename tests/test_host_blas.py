@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -153,11 +155,22 @@ def host_potrf(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return request.param
 
 
-@pytest.mark.parametrize(("capability", "scipy"), [("AVX512", False), ("AVX2", True)])
-def test_scipys_cholesky_serves_cpus_without_avx512_only(
-    monkeypatch: pytest.MonkeyPatch, capability: str, scipy: bool
+@pytest.mark.parametrize(
+    ("capability", "vendor", "scipy"),
+    [
+        ("AVX512", "GenuineIntel", False),
+        ("AVX512", "", False),
+        ("AVX512", "AuthenticAMD", True),
+        ("AVX2", "GenuineIntel", True),
+        ("AVX2", "AuthenticAMD", True),
+    ],
+)
+def test_scipys_cholesky_serves_all_but_intel_avx512_cpus(
+    monkeypatch: pytest.MonkeyPatch, capability: str, vendor: str, scipy: bool
 ) -> None:
     from kernel_layers import _host_blas
+
+    monkeypatch.setattr(_host_blas, "cpu_vendor", lambda: vendor)
 
     calls: list[int] = []
     original = _host_blas._scipy_cholesky
@@ -404,3 +417,14 @@ def test_robust_cholesky_in_place_records_a_failure_under_deferred_checks() -> N
     failure = checks.first_failure()
     assert isinstance(failure, RuntimeError)
     assert str(failure).startswith("t: Cholesky factorisation of a [300, 300] matrix failed")
+
+
+def test_cpu_vendor_reads_cpuinfo(tmp_path: Path) -> None:
+    from kernel_layers._host_blas import cpu_vendor
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert cpu_vendor(str(info)) == "AuthenticAMD"
+    info.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # no vendor line
+    assert cpu_vendor(str(info)) == ""
+    assert cpu_vendor(str(tmp_path / "missing")) == ""
