@@ -60,6 +60,7 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.kernels import Kernel, get_kernel
+from kernel_layers.kernels.autograd import gaussian_grads, gaussian_matrix
 from kernel_layers.kernels.functions import gaussian_gram, gaussian_kernel
 
 __all__ = [
@@ -551,20 +552,86 @@ def _landmark_kernel(z: Tensor, spec: Kernel, gamma: float) -> Tensor:
     return spec.matrix(z, z, gamma)
 
 
+def _nysdi_solve(
+    features: Tensor,
+    targets: Tensor,
+    kernel: Tensor,
+    rho: float,
+    jitter: float,
+    scale_columns: bool,
+    owner: str,
+    sync: _Sync | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """NysDI's forward from ``G`` (``features``) and ``K`` (``kernel``), every statistic
+    in :data:`SOLVE_DTYPE`: features and targets side by side in one wide buffer, so
+    that one pass widens them, one centres them and one symmetric product gives the
+    scatter and the cross term together; ``S = G_c^T G_c + rho (K + jitter * mean(diag
+    K) I)`` formed once, row-major, where its factor overwrites it. With ``sync`` the
+    sums, then the scatter and the cross term, are all-reduced as in :class:`_DIFunction`.
+
+    Args:
+        features (Tensor[B, n]): ``G``, any floating dtype.
+        targets (Tensor[B, L]): encoded targets.
+        kernel (Tensor[n, n]): ``K``.
+
+    Returns:
+        tuple[Tensor[], Tensor[B, L], Tensor[n, L], Tensor[B, L]]: NysDI, the residual
+        ``Y_c - G_c A``, ``A = S^-1 G_c^T Y_c`` and ``Y_c``, in :data:`SOLVE_DTYPE`.
+    """
+    wide = SOLVE_DTYPE
+    y = targets.to(wide)
+    batch, width = features.shape
+    outputs = y.shape[1]
+    joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
+    phi_c, y_c = joint[:, :width], joint[:, width:]
+    phi_c.copy_(features)
+    y_c.copy_(y)
+    count = torch.full((1,), float(batch), dtype=wide, device=features.device)
+    sums = torch.cat([count, joint.sum(0), (y * y).sum(0)])
+    if sync is not None:
+        sync.all_reduce(sums)
+    mean = sums[1 : 1 + width + outputs] / sums[0]
+    if scale_columns:
+        scale = _unit_column_scale(sums[1 + width + outputs :])
+        y_c.mul_(scale)
+        mean[width:] *= scale
+    # Centred in float64: the gradient 2 (Y_c - G_c A) A^T is exact only for exactly
+    # centred columns, and A is large where S is ill-conditioned (a mean from float32
+    # sums moved the MNIST landmark gradient by 5.6e-3 relative).
+    joint.sub_(mean)
+    # [S, .; M^T, .]: the joint Gram's lower triangle holds S's and the cross term.
+    gram = lower_gram(joint)
+    scatter, cross = gram[:width, :width], gram[width:, :width].mT
+    if sync is not None:
+        packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
+        scatter, cross = packed[:, :width], packed[:, width:]
+    shift = kernel.diagonal().to(wide).mean() * (rho * jitter)
+
+    def regularised() -> Tensor:  # S, row-major: the factor overwrites it
+        # K widened first: a mixed-dtype sum runs slower than the two passes.
+        s = kernel.to(wide, memory_format=torch.contiguous_format, copy=True)
+        torch.add(scatter, s, alpha=rho, out=s)
+        s.diagonal().add_(shift)
+        return s
+
+    factor = robust_cholesky_in_place(regularised, owner=owner)
+    di, a = _solve_primal(factor, cross)
+    return di, y_c - phi_c @ a, a, y_c
+
+
+def _landmark_gradient(ctx, grad: Tensor, a: Tensor) -> Tensor:
+    """NysDI's gradient ``-rho A A^T`` to ``K`` (one ``[n, n]`` product in ``a``'s
+    dtype), divided by the world size under ``sync``: every process computes it in full
+    and data-parallel training sums the processes' parts."""
+    factor = grad.to(a.dtype) * (-ctx.rho / ctx.world_size)
+    return (a * factor) @ a.mT
+
+
 class _NysDIFunction(torch.autograd.Function):
-    """NysDI (eq. 10) from ``G = k(X, Z)`` and the landmark kernel ``K = k(Z, Z)``:
-    ``S = G_c^T G_c + rho (K + jitter * mean(diag K) I)`` factorised in
-    :data:`SOLVE_DTYPE`, DI's closed-form gradient to ``G`` in ``G``'s dtype, and
+    """NysDI (eq. 10) from ``G = k(X, Z)`` and the landmark kernel ``K = k(Z, Z)``
+    (:func:`_nysdi_solve`): DI's closed-form gradient to ``G`` in ``G``'s dtype, and
     ``-rho A A^T`` to ``K`` in ``K``'s dtype (the jitter is a constant shift, as in
     :func:`~kernel_layers._linalg.landmark_gram`).
-
-    Every statistic comes in :data:`SOLVE_DTYPE` straight from ``G`` of any dtype:
-    features and targets side by side in one wide buffer, so that one pass widens them,
-    one centres them and one symmetric product gives the scatter and the cross term
-    together. ``S`` is formed once, row-major, where its factor overwrites it.
-    With ``sync`` the sums, then the scatter and the cross term, are all-reduced as in
-    :class:`_DIFunction`; the gradient to ``K`` is divided by the world size, since every
-    process computes it in full and data-parallel training sums the processes' parts.
     """
 
     @staticmethod
@@ -581,46 +648,11 @@ class _NysDIFunction(torch.autograd.Function):
     ) -> Tensor:
         with autocast_off(features):
             features = upcast(features)
-            wide = SOLVE_DTYPE
-            y = targets.to(wide)
-            batch, width = features.shape
-            outputs = y.shape[1]
-            joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
-            phi_c, y_c = joint[:, :width], joint[:, width:]
-            phi_c.copy_(features)
-            y_c.copy_(y)
-            count = torch.full((1,), float(batch), dtype=wide, device=features.device)
-            sums = torch.cat([count, joint.sum(0), (y * y).sum(0)])
-            if sync is not None:
-                sync.all_reduce(sums)
-            mean = sums[1 : 1 + width + outputs] / sums[0]
-            if scale_columns:
-                scale = _unit_column_scale(sums[1 + width + outputs :])
-                y_c.mul_(scale)
-                mean[width:] *= scale
-            # Centred in float64: the gradient 2 (Y_c - G_c A) A^T is exact only for
-            # exactly centred columns, and A is large where S is ill-conditioned (a mean
-            # from float32 sums moved the MNIST landmark gradient by 5.6e-3 relative).
-            joint.sub_(mean)
-            # [S, .; M^T, .]: the joint Gram's lower triangle holds S's and the cross term.
-            gram = lower_gram(joint)
-            scatter, cross = gram[:width, :width], gram[width:, :width].mT
-            if sync is not None:
-                packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
-                scatter, cross = packed[:, :width], packed[:, width:]
-            shift = kernel.diagonal().to(wide).mean() * (rho * jitter)
-
-            def regularised() -> Tensor:  # S, row-major: the factor overwrites it
-                # K widened first: a mixed-dtype sum runs slower than the two passes.
-                s = kernel.to(wide, memory_format=torch.contiguous_format, copy=True)
-                torch.add(scatter, s, alpha=rho, out=s)
-                s.diagonal().add_(shift)
-                return s
-
-            factor = robust_cholesky_in_place(regularised, owner=owner)
-            di, a64 = _solve_primal(factor, cross)
-            residual = (y_c - phi_c @ a64).to(features.dtype)
-            ctx.save_for_backward(residual, a64.to(features.dtype), y_c.to(features.dtype), a64)
+            di, residual, a64, y_c = _nysdi_solve(
+                features, targets, kernel, rho, jitter, scale_columns, owner, sync
+            )
+            dtype = features.dtype
+            ctx.save_for_backward(residual.to(dtype), a64.to(dtype), y_c.to(dtype), a64)
             ctx.rho, ctx.kernel_dtype = rho, kernel.dtype
             ctx.world_size = 1 if sync is None else sync.world_size
             return di.to(features.dtype)
@@ -632,11 +664,65 @@ class _NysDIFunction(torch.autograd.Function):
         grad_features, grad_targets = _feature_gradients(ctx, grad, residual, a, y_c)
         grad_kernel = None
         if ctx.needs_input_grad[2]:
-            # -rho A A^T straight in K's dtype (one [n, n] product, no float64 pass).
-            a_k = a64.to(ctx.kernel_dtype)
-            factor = grad.to(a_k.dtype) * (-ctx.rho / ctx.world_size)
-            grad_kernel = (a_k * factor) @ a_k.mT
+            # Straight in K's dtype (no float64 pass).
+            grad_kernel = _landmark_gradient(ctx, grad, a64.to(ctx.kernel_dtype))
         return grad_features, grad_targets, grad_kernel, None, None, None, None, None
+
+
+class _GaussianNysDIFunction(torch.autograd.Function):
+    """NysDI with the Gaussian kernel, from the inputs ``X`` and landmarks ``Z`` of a
+    dtype narrower than :data:`SOLVE_DTYPE`: ``G`` and ``K_Z`` are evaluated in
+    :data:`SOLVE_DTYPE` (NysDI's value needs them there, see
+    :func:`~kernel_layers._linalg.kernel_dtype`) and the forward is
+    :class:`_NysDIFunction`'s, bit for bit; the backward runs in the inputs' dtype
+    (``G``, ``K_Z``, the residual and ``A`` rounded to it once), which the value does
+    not read: at ``(1000, 54, 500)`` the step took 13-15 % less time (one thread, an
+    AVX-512 EPYC), and the float32 landmark gradient moved from 2.6e-8 to 2.9e-5 of
+    float64's on CovType rows, from 1.6e-7 to 6.9e-5 on uniform ones (max-abs relative;
+    benchmarks/README.md).
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        x: Tensor,
+        landmarks: Tensor,
+        targets: Tensor,
+        gamma: float,
+        rho: float,
+        jitter: float,
+        scale_columns: bool,
+        owner: str,
+        sync: _Sync | None = None,
+    ) -> Tensor:
+        wide = SOLVE_DTYPE
+        x_w, z_w = x.to(wide), landmarks.to(wide)
+        g = gaussian_matrix(x_w, z_w, gamma)
+        k = gaussian_matrix(z_w, z_w, gamma, symmetric=True)
+        di, residual, a64, _ = _nysdi_solve(g, targets, k, rho, jitter, scale_columns, owner, sync)
+        dtype = x.dtype
+        ctx.save_for_backward(
+            x, landmarks, g.to(dtype), k.to(dtype), residual.to(dtype), a64.to(dtype)
+        )
+        ctx.gamma, ctx.rho = gamma, rho
+        ctx.world_size = 1 if sync is None else sync.world_size
+        return di.to(dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        refuse_double_backward("nystrom_discriminant_information")
+        x, z, g, k, residual, a = ctx.saved_tensors
+        need_x, need_z = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_g = (residual * (2.0 * grad.to(a.dtype))) @ a.mT
+        grad_x, grad_z = gaussian_grads(x, z, g, grad_g, ctx.gamma, need_x=need_x, need_z=need_z)
+        if need_z:
+            grad_k = _landmark_gradient(ctx, grad, a)
+            via_k, _ = gaussian_grads(
+                z, z, k, grad_k, ctx.gamma, symmetric=True, symmetric_grad=True
+            )
+            assert grad_z is not None and via_k is not None
+            grad_z = grad_z.add_(via_k)
+        return grad_x, grad_z, None, None, None, None, None, None, None
 
 
 def _check_bandwidth(owner: str, bandwidth: object, width: int) -> None:
@@ -737,6 +823,16 @@ def nystrom_discriminant_information(
         x = upcast(x)
         # Narrow inputs: the kernel matrices in float64 as well (cheap next to the Gram).
         dtype = kernel_dtype(x.dtype, x.shape[1], landmarks.shape[0])
+        if (
+            spec.matrix is gaussian_kernel
+            and bandwidth is None
+            and dtype != x.dtype
+            and not y.requires_grad
+        ):  # and their gradient in x's dtype
+            z = upcast(landmarks)
+            return _GaussianNysDIFunction.apply(
+                x, z, y, float(gamma), rho, jitter, scale_columns, owner, sync
+            )
         z, wide = upcast(landmarks).to(dtype), x.to(dtype)
         if bandwidth is not None:  # scaled in the kernel's dtype: no float32 rounding
             sigma = upcast(bandwidth).to(dtype)

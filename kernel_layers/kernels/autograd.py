@@ -1,7 +1,9 @@
 """Custom autograd functions behind the kernel matrices: memory-lean fused backward passes.
 
 * :class:`GaussianKernelFunction`: ``exp(-gamma ||x - z||^2)`` from one matrix product,
-  backward as two products.
+  backward as two products (both also as plain functions, :func:`gaussian_matrix` and
+  :func:`gaussian_grads`, for callers that evaluate the kernel in one dtype and
+  differentiate it in another).
 * :class:`ProductKernelFunction`: product kernels ``prod_i f(x_i, z_i)`` accumulated over
   chunks of dimensions in ``O(B n)`` memory, per-dimension derivatives recomputed in
   the backward pass (no ``[B, n, D]`` tensor is ever formed).
@@ -20,6 +22,8 @@ __all__ = [
     "ProductKernelFunction",
     "cauchy_factor",
     "chi2_factor",
+    "gaussian_grads",
+    "gaussian_matrix",
     "sech_factor",
     "squared_distances",
 ]
@@ -73,7 +77,7 @@ class GaussianKernelFunction(torch.autograd.Function):
     def forward(
         ctx, x: Tensor, z: Tensor, gamma: float, symmetric: bool, symmetric_grad: bool = False
     ) -> Tensor:
-        g = squared_distances(x, x if symmetric else z).mul_(-gamma).exp_()
+        g = gaussian_matrix(x, z, gamma, symmetric)
         ctx.save_for_backward(x, z, g)
         ctx.gamma, ctx.symmetric, ctx.symmetric_grad = gamma, symmetric, symmetric_grad
         return g
@@ -81,23 +85,86 @@ class GaussianKernelFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, z, g = ctx.saved_tensors
-        e = grad * g
-        scale = -2.0 * ctx.gamma
-        grad_x = grad_z = None
-        # The products accumulate in place on their fresh first terms (``addmm`` would
-        # copy each into a new output first); the scale rides on the small operands.
-        if ctx.symmetric:  # z is x: both gradients in one product, all on x
-            if ctx.symmetric_grad:
-                scale *= 2.0
-            else:
-                e = e + e.mT
-            grad_x = (x * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, x, alpha=-scale)
-            return grad_x, None, None, None, None
-        if ctx.needs_input_grad[0]:
-            grad_x = (x * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, z, alpha=-scale)
-        if ctx.needs_input_grad[1]:
-            grad_z = (z * e.sum(0).mul_(scale)[:, None]).addmm_(e.mT, x, alpha=-scale)
+        grad_x, grad_z = gaussian_grads(
+            x,
+            z,
+            g,
+            grad,
+            ctx.gamma,
+            symmetric=ctx.symmetric,
+            symmetric_grad=ctx.symmetric_grad,
+            need_x=ctx.needs_input_grad[0],
+            need_z=ctx.needs_input_grad[1],
+        )
         return grad_x, grad_z, None, None, None
+
+
+def gaussian_matrix(x: Tensor, z: Tensor, gamma: float, symmetric: bool = False) -> Tensor:
+    """``exp(-gamma ||x - z||^2)`` (not differentiable): the forward of
+    :class:`GaussianKernelFunction`, on one buffer.
+
+    Args:
+        x (Tensor[B, D]): first set of points.
+        z (Tensor[n, D]): second set of points (ignored when ``symmetric``: ``z`` is ``x``).
+        gamma: inverse squared bandwidth.
+        symmetric: the matrix of ``x`` with itself (exact ones on the diagonal).
+
+    Returns:
+        Tensor[B, n]: the kernel matrix (``Tensor[B, B]`` when ``symmetric``).
+    """
+    return squared_distances(x, x if symmetric else z).mul_(-gamma).exp_()
+
+
+def gaussian_grads(
+    x: Tensor,
+    z: Tensor,
+    g: Tensor,
+    grad: Tensor,
+    gamma: float,
+    *,
+    symmetric: bool = False,
+    symmetric_grad: bool = False,
+    need_x: bool = True,
+    need_z: bool = True,
+) -> tuple[Tensor | None, Tensor | None]:
+    """The backward of :class:`GaussianKernelFunction`: gradients to ``x`` and ``z`` of a
+    loss with gradient ``grad`` to ``G = gaussian_matrix(x, z, gamma, symmetric)``.
+
+    With ``E = grad * G`` and ``s = -2 gamma`` (applied to the products' small operands,
+    not to ``E``): ``dx = s (x * rowsum(E) - E z)``, ``dz = s (z * colsum(E) - E^T x)``;
+    when ``symmetric`` (``z`` is ``x``) their sum ``s (x * rowsum(F) - F x)``,
+    ``F = E + E^T``, is returned as ``dx`` (``dz`` is ``None``), and ``F = 2 E`` when
+    ``symmetric_grad`` vouches that ``grad`` is symmetric. Computed in the dtype of
+    ``grad`` and ``G``, which may be narrower than the one ``G`` was evaluated in.
+
+    Args:
+        x (Tensor[B, D]), z (Tensor[n, D]): the points.
+        g (Tensor[B, n]): the kernel matrix.
+        grad (Tensor[B, n]): the loss's gradient to it.
+        gamma: inverse squared bandwidth.
+        symmetric, symmetric_grad: as above.
+        need_x, need_z: which gradients to compute (``None`` for the others).
+
+    Returns:
+        tuple[Tensor[B, D] | None, Tensor[n, D] | None]: ``dx``, ``dz``.
+    """
+    e = grad * g
+    scale = -2.0 * gamma
+    grad_x = grad_z = None
+    # The products accumulate in place on their fresh first terms (``addmm`` would
+    # copy each into a new output first); the scale rides on the small operands.
+    if symmetric:  # z is x: both gradients in one product, all on x
+        if symmetric_grad:
+            scale *= 2.0
+        else:
+            e = e + e.mT
+        grad_x = (x * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, x, alpha=-scale)
+        return grad_x, None
+    if need_x:
+        grad_x = (x * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, z, alpha=-scale)
+    if need_z:
+        grad_z = (z * e.sum(0).mul_(scale)[:, None]).addmm_(e.mT, x, alpha=-scale)
+    return grad_x, grad_z
 
 
 # Per-dimension factors of product kernels: ``log f(a, b)`` and its partial derivatives
