@@ -52,6 +52,12 @@ def _worker(rank: int, port: int, out: str) -> None:
             xz, labels[rows], zz, gamma=0.8, num_classes=4, sync_dist=True
         )
         nys.backward()
+        # float32 narrow inputs: float64 kernel matrices, the backward in float32
+        x32, z32 = xz.detach().float().requires_grad_(True), z.float().requires_grad_(True)
+        nys32 = nystrom_discriminant_information(
+            x32, labels[rows], z32, gamma=0.8, num_classes=4, sync_dist=True
+        )
+        nys32.backward()
         torch.save(
             {
                 "di": di.detach(),
@@ -59,6 +65,9 @@ def _worker(rank: int, port: int, out: str) -> None:
                 "nys": nys.detach(),
                 "gx": xz.grad,
                 "gz": zz.grad,
+                "nys32": nys32.detach(),
+                "gx32": x32.grad,
+                "gz32": z32.grad,
             },
             Path(out) / f"rank{rank}.pt",
         )
@@ -99,6 +108,24 @@ def test_nysdi_value_and_gradients_match_single_process(two_process_results) -> 
     # world-size-scaled losses); that sum must be the single-process gradient.
     total = sum(res["gz"] for res in two_process_results)
     torch.testing.assert_close(total, zs.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_float32_nysdi_on_narrow_inputs_matches_single_process(two_process_results) -> None:
+    # The float32 path of narrow inputs (G and K_Z in float64, the backward in float32)
+    # under sync_dist: the value and the landmark gradient's split across processes.
+    x, labels, z = _data()
+    xs, zs = x.float().requires_grad_(True), z.float().requires_grad_(True)
+    want = nystrom_discriminant_information(xs, labels, zs, gamma=0.8, num_classes=4)
+    assert type(want.grad_fn).__name__.startswith("_GaussianNysDI")
+    want.backward()
+    for rank, res in enumerate(two_process_results):
+        assert res["nys32"].dtype == torch.float32
+        torch.testing.assert_close(res["nys32"], want.detach(), rtol=1e-6, atol=0)
+        torch.testing.assert_close(
+            res["gx32"], xs.grad[rank * 24 : (rank + 1) * 24], rtol=1e-4, atol=1e-6
+        )
+    total = sum(res["gz32"] for res in two_process_results)
+    torch.testing.assert_close(total, zs.grad, rtol=1e-4, atol=1e-6)
 
 
 def test_sync_dist_without_process_group_is_local() -> None:
