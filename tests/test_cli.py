@@ -612,3 +612,27 @@ def test_export_refuses_bad_arguments(fitted_quickstart: Path, monkeypatch, caps
         main(["export", "--config", "quickstart", "--ckpt_path", "last", "--model.objective=ls"])
     assert not (fitted_quickstart / "model.onnx").exists()  # the default output
     assert not list(fitted_quickstart.glob(".*.tmp"))
+
+
+def test_console_script_quiets_lightnings_pytree_deprecation_only() -> None:
+    import warnings
+
+    from kernel_layers.training.entry import quiet_third_party_deprecations
+
+    message = "`isinstance(treespec, LeafSpec)` is deprecated, use ... instead."
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_third_party_deprecations()
+        for module in ("lightning.pytorch.utilities._pytree", "my_project.trees"):
+            warnings.warn_explicit(message, FutureWarning, "x.py", 1, module=module)
+        warnings.warn_explicit(
+            "another deprecation",
+            FutureWarning,
+            "x.py",
+            2,
+            module="lightning.pytorch.utilities._pytree",
+        )
+    assert [(str(w.message)[:20], w.category) for w in seen] == [
+        (message[:20], FutureWarning),
+        ("another deprecation", FutureWarning),
+    ]

@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
-__all__ = ["SIGPIPE_STATUS", "main", "recipes_command"]
+__all__ = ["SIGPIPE_STATUS", "main", "quiet_third_party_deprecations", "recipes_command"]
 
 #: Exit status when the reader closes the pipe early: 128 + SIGPIPE, as a shell reports
 #: for a command that SIGPIPE ended.
@@ -36,6 +37,20 @@ def recipes_command(argv: list[str]) -> int:
     return 0
 
 
+def quiet_third_party_deprecations() -> None:
+    """Silence, for the console script only, a deprecation warning that Lightning's own
+    code draws from PyTorch (``isinstance(treespec, LeafSpec)``, from
+    ``lightning.pytorch.utilities._pytree`` on every ``fit``): nothing a user of
+    ``kernel-layers`` can act on. Warnings from any other module, and this one's from
+    other modules, still show."""
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``kernel-layers`` console script.
 
@@ -45,6 +60,7 @@ def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["recipes"]:
         raise SystemExit(recipes_command(argv[1:]))
+    quiet_third_party_deprecations()
     from kernel_layers.training import cli
 
     cli.main(args)
