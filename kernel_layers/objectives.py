@@ -561,6 +561,7 @@ def _nysdi_solve(
     scale_columns: bool,
     owner: str,
     sync: _Sync | None,
+    joint: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """NysDI's forward from ``G`` (``features``) and ``K`` (``kernel``), every statistic
     in :data:`SOLVE_DTYPE`: features and targets side by side in one wide buffer, so
@@ -573,6 +574,9 @@ def _nysdi_solve(
         features (Tensor[B, n]): ``G``, any floating dtype.
         targets (Tensor[B, L]): encoded targets.
         kernel (Tensor[n, n]): ``K``.
+        joint (Tensor[B, n + L] | None): the wide buffer, when the caller already wrote
+            ``G`` into its first ``n`` columns (``features`` is then that view, and is
+            centred in place).
 
     Returns:
         tuple[Tensor[], Tensor[B, L], Tensor[n, L], Tensor[B, L]]: NysDI, the residual
@@ -582,9 +586,10 @@ def _nysdi_solve(
     y = targets.to(wide)
     batch, width = features.shape
     outputs = y.shape[1]
-    joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
+    if joint is None:
+        joint = torch.empty(batch, width + outputs, dtype=wide, device=features.device)
+        joint[:, :width].copy_(features)
     phi_c, y_c = joint[:, :width], joint[:, width:]
-    phi_c.copy_(features)
     y_c.copy_(y)
     count = torch.full((1,), float(batch), dtype=wide, device=features.device)
     sums = torch.cat([count, joint.sum(0), (y * y).sum(0)])
@@ -695,14 +700,19 @@ class _GaussianNysDIFunction(torch.autograd.Function):
         owner: str,
         sync: _Sync | None = None,
     ) -> Tensor:
-        wide = SOLVE_DTYPE
+        wide, dtype = SOLVE_DTYPE, x.dtype
         x_w, z_w = x.to(wide), landmarks.to(wide)
-        g = gaussian_matrix(x_w, z_w, gamma)
+        # G straight into the solve's wide buffer (no copy into it), read in x's dtype
+        # for the backward before the solve centres it there.
+        joint = x_w.new_empty(x.shape[0], landmarks.shape[0] + targets.shape[1])
+        g = gaussian_matrix(x_w, z_w, gamma, out=joint[:, : landmarks.shape[0]])
+        g_narrow = g.to(dtype)
         k = gaussian_matrix(z_w, z_w, gamma, symmetric=True)
-        di, residual, a64, _ = _nysdi_solve(g, targets, k, rho, jitter, scale_columns, owner, sync)
-        dtype = x.dtype
+        di, residual, a64, _ = _nysdi_solve(
+            g, targets, k, rho, jitter, scale_columns, owner, sync, joint=joint
+        )
         ctx.save_for_backward(
-            x, landmarks, g.to(dtype), k.to(dtype), residual.to(dtype), a64.to(dtype)
+            x, landmarks, g_narrow, k.to(dtype), residual.to(dtype), a64.to(dtype)
         )
         ctx.gamma, ctx.rho = gamma, rho
         ctx.world_size = 1 if sync is None else sync.world_size

@@ -46,6 +46,19 @@ def test_squared_distances_clamped_and_exact_diagonal() -> None:
     assert (dup >= 0).all()
 
 
+def test_squared_distances_into_a_wider_buffer() -> None:
+    # out= a column block of a wider row-major matrix: written there, through its row
+    # stride, with the values of a fresh result; the other columns untouched.
+    x, z = torch.rand(40, 7, dtype=torch.float64), torch.rand(25, 7, dtype=torch.float64)
+    wide = torch.full((40, 31), 7.0, dtype=torch.float64)
+    got = squared_distances(x, z, out=wide[:, :25])
+    assert got.data_ptr() == wide.data_ptr()
+    assert torch.equal(wide[:, :25], squared_distances(x, z))
+    want = ((x.numpy()[:, None, :] - z.numpy()[None, :, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-12)
+    assert (wide[:, 25:] == 7.0).all()
+
+
 def test_sklearn_gamma_convention() -> None:
     from sklearn.metrics.pairwise import laplacian_kernel as sk_lap
     from sklearn.metrics.pairwise import rbf_kernel

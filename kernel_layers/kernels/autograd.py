@@ -34,7 +34,7 @@ PRODUCT_CHUNK_ELEMENTS = 1 << 22
 
 
 # --------------------------------------------------------------------------- kernels
-def squared_distances(x: Tensor, z: Tensor) -> Tensor:
+def squared_distances(x: Tensor, z: Tensor, *, out: Tensor | None = None) -> Tensor:
     """Squared Euclidean distances from one matrix product (not differentiable).
 
     ``||x - z||^2 = ||x||^2 + ||z||^2 - 2 x^T z``, built in place on the product's
@@ -45,16 +45,19 @@ def squared_distances(x: Tensor, z: Tensor) -> Tensor:
     Args:
         x (Tensor[B, D]): first set of points.
         z (Tensor[n, D]): second set of points.
+        out (Tensor[B, n] | None): the buffer to build the result in (a view into a
+            wider row-major matrix will do: the product writes it with its row stride),
+            of ``x``'s dtype and device; ``None``: a new tensor.
 
     Returns:
-        Tensor[B, n]: ``d[i, j] = ||x_i - z_j||^2 >= 0``.
+        Tensor[B, n]: ``d[i, j] = ||x_i - z_j||^2 >= 0`` (``out`` when given).
     """
     with torch.no_grad():
         x_sq = (x * x).sum(dim=-1, keepdim=True)
         z_sq = (z * z).sum(dim=-1)
         # -2 x z^T as x (-2 z)^T (the scaling is exact), then the norms added in place:
         # ``addmm(z_sq, ...)`` would first broadcast z_sq into its whole output.
-        d = torch.mm(x, (z * -2.0).mT).add_(z_sq).add_(x_sq).clamp_min_(0.0)
+        d = torch.mm(x, (z * -2.0).mT, out=out).add_(z_sq).add_(x_sq).clamp_min_(0.0)
         if x is z:
             d.diagonal().zero_()
     return d
@@ -99,7 +102,9 @@ class GaussianKernelFunction(torch.autograd.Function):
         return grad_x, grad_z, None, None, None
 
 
-def gaussian_matrix(x: Tensor, z: Tensor, gamma: float, symmetric: bool = False) -> Tensor:
+def gaussian_matrix(
+    x: Tensor, z: Tensor, gamma: float, symmetric: bool = False, *, out: Tensor | None = None
+) -> Tensor:
     """``exp(-gamma ||x - z||^2)`` (not differentiable): the forward of
     :class:`GaussianKernelFunction`, on one buffer.
 
@@ -108,11 +113,13 @@ def gaussian_matrix(x: Tensor, z: Tensor, gamma: float, symmetric: bool = False)
         z (Tensor[n, D]): second set of points (ignored when ``symmetric``: ``z`` is ``x``).
         gamma: inverse squared bandwidth.
         symmetric: the matrix of ``x`` with itself (exact ones on the diagonal).
+        out (Tensor[B, n] | None): the buffer to build it in, as in
+            :func:`squared_distances`.
 
     Returns:
         Tensor[B, n]: the kernel matrix (``Tensor[B, B]`` when ``symmetric``).
     """
-    return squared_distances(x, x if symmetric else z).mul_(-gamma).exp_()
+    return squared_distances(x, x if symmetric else z, out=out).mul_(-gamma).exp_()
 
 
 def gaussian_grads(
