@@ -75,10 +75,28 @@ def lower_gram(a: Tensor, *, transpose: bool = False) -> Tensor:
     blocks = min(GRAM_MAX_BLOCKS, max(1, round(width / GRAM_BLOCK)))
     if blocks == 1:
         return a.mT @ a
-    edges = [round(i * width / blocks) for i in range(blocks + 1)]
+    if (a.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+        return _lower_gram_graph(a, blocks)
+    # Each block row written in place through the result's row stride: no padded
+    # copies to concatenate.
+    gram = a.new_zeros(width, width)
+    for lo, hi in _block_edges(width, blocks):
+        torch.mm(a[:, lo:hi].mT, a[:, :hi], out=gram[lo:hi, :hi])
+    return gram
+
+
+def _block_edges(width: int, blocks: int) -> list[tuple[int, int]]:
+    """The column ranges of :func:`lower_gram`'s ``blocks`` blocks of ``width`` columns."""
+    return list(itertools.pairwise(round(i * width / blocks) for i in range(blocks + 1)))
+
+
+def _lower_gram_graph(a: Tensor, blocks: int) -> Tensor:
+    """:func:`lower_gram` by out-of-place products, for autograd and compilers (``out=``
+    records no graph)."""
+    width = a.shape[-1]
     rows = [
         torch.nn.functional.pad(a[:, lo:hi].mT @ a[:, :hi], (0, width - hi))
-        for lo, hi in itertools.pairwise(edges)
+        for lo, hi in _block_edges(width, blocks)
     ]
     return torch.cat(rows)
 

@@ -93,7 +93,7 @@ def test_host_lower_gram_restores_the_blas_thread_pools() -> None:
 
 
 def test_host_kernels_stand_aside_when_pytorch_runs_several_threads(
-    scipy_potrf: None, monkeypatch: pytest.MonkeyPatch
+    scipy_potrf: None, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     from kernel_layers import _host_blas
 
@@ -102,7 +102,9 @@ def test_host_kernels_stand_aside_when_pytorch_runs_several_threads(
 
     monkeypatch.setattr(_host_blas, "_scipy_cholesky", refuse)
     a = torch.randn(700, 300, dtype=torch.float64)
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)  # two thread pools would oversubscribe the cores
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     assert host_lower_gram(a) is None
     gram = lower_gram(a)  # PyTorch's block-triangular product instead
     lower = np.tril(np.ones((300, 300), dtype=bool))

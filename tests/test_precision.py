@@ -104,6 +104,33 @@ def test_double_backward_refuses_instead_of_being_silently_wrong() -> None:
     assert torch.isfinite(grad).all()
 
 
+@pytest.mark.parametrize("width", [600, 1000, 2300])
+def test_lower_gram_blocks_written_in_place_equal_the_differentiable_ones(width: int) -> None:
+    # With several PyTorch threads the host BLAS stands aside and PyTorch forms the block
+    # triangle, each block row written in place; with gradients, out of place and
+    # concatenated. Both: the lower triangle, zeros above the block triangle.
+    from kernel_layers._linalg import lower_gram
+
+    gen = torch.Generator().manual_seed(width)
+    a = torch.randn(60, width, dtype=torch.float64, generator=gen)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ours = lower_gram(a)
+        graph = lower_gram(a.clone().requires_grad_(True))
+    finally:
+        torch.set_num_threads(threads)
+    assert graph.grad_fn is not None  # the differentiable path was taken
+    # The same zeros; the same values to round-off (a product written through a wider
+    # row stride may round differently in its last bit: seen at 2300 columns).
+    assert torch.equal(ours == 0, graph.detach() == 0)
+    torch.testing.assert_close(ours, graph.detach(), rtol=1e-13, atol=1e-12)
+    ref = a.numpy().T @ a.numpy()
+    lower = np.tril(np.ones_like(ref, dtype=bool))
+    np.testing.assert_allclose(ours.numpy()[lower], ref[lower], rtol=1e-12, atol=1e-10)
+    assert (ours.numpy()[np.triu(np.ones_like(ref, dtype=bool), k=width // 2)] == 0).all()
+
+
 @pytest.mark.parametrize("width", [7, 250, 600, 1000, 2300])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_lower_gram_is_the_lower_triangle_of_the_gram_matrix(width: int, transpose: bool) -> None:
