@@ -703,9 +703,14 @@ class _GaussianNysDIFunction(torch.autograd.Function):
         wide, dtype = SOLVE_DTYPE, x.dtype
         x_w, z_w = x.to(wide), landmarks.to(wide)
         # G straight into the solve's wide buffer (no copy into it), read in x's dtype
-        # for the backward before the solve centres it there.
-        joint = x_w.new_empty(x.shape[0], landmarks.shape[0] + targets.shape[1])
-        g = gaussian_matrix(x_w, z_w, gamma, out=joint[:, : landmarks.shape[0]])
+        # for the backward before the solve centres it there. Compilers get a G of its
+        # own (a product into a view of a wider buffer broke AOTAutograd's trace).
+        joint = None
+        if not torch.compiler.is_compiling():
+            joint = x_w.new_empty(x.shape[0], landmarks.shape[0] + targets.shape[1])
+        g = gaussian_matrix(
+            x_w, z_w, gamma, out=None if joint is None else joint[:, : landmarks.shape[0]]
+        )
         g_narrow = g.to(dtype)
         k = gaussian_matrix(z_w, z_w, gamma, symmetric=True)
         di, residual, a64, _ = _nysdi_solve(

@@ -359,3 +359,30 @@ def test_nysdi_float32_landmark_gradient_stays_near_float64_on_wide_inputs() -> 
         grads[dtype] = z.grad.double()
     g64 = grads[torch.float64]
     assert float((grads[torch.float32] - g64).abs().max() / g64.abs().max()) < 5e-3
+
+
+@pytest.mark.parametrize("width", [20, 300])  # narrow (float64 kernels) and wide inputs
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
+def test_nysdi_compiles_to_eager_value_and_gradients(width: int, kernel: str) -> None:
+    # torch.compile traces NysDI's autograd functions (Dynamo + AOTAutograd, the
+    # ``aot_eager`` backend: no C++ code generation on CI). The narrow Gaussian case is
+    # the float32 function that evaluates G and K_Z in float64.
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(width)
+    x = torch.rand(300, width, generator=gen)
+    labels = torch.randint(0, 5, (300,), generator=gen)
+
+    def nysdi(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return nystrom_discriminant_information(
+            x, labels, z, kernel=kernel, gamma=0.1, num_classes=5
+        )
+
+    z_eager = x[:100].clone().requires_grad_(True)
+    z_compiled = x[:100].clone().requires_grad_(True)
+    want = nysdi(x, z_eager)
+    want.backward()
+    got = torch.compile(nysdi, backend="aot_eager")(x, z_compiled)
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+    assert z_eager.grad is not None and z_compiled.grad is not None
+    torch.testing.assert_close(z_compiled.grad, z_eager.grad, rtol=1e-5, atol=1e-6)
