@@ -386,3 +386,23 @@ def test_nysdi_compiles_to_eager_value_and_gradients(width: int, kernel: str) ->
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
     assert z_eager.grad is not None and z_compiled.grad is not None
     torch.testing.assert_close(z_compiled.grad, z_eager.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("width", [40, 600])  # one Gram block, and lower_gram's blocks
+def test_di_compiles_to_eager_value_and_gradients(width: int) -> None:
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(width)
+    phi = torch.rand(800, width, generator=gen)
+    labels = torch.randint(0, 5, (800,), generator=gen)
+
+    def di(phi: torch.Tensor) -> torch.Tensor:
+        return discriminant_information(phi, labels, num_classes=5)
+
+    eager, compiled = phi.clone().requires_grad_(True), phi.clone().requires_grad_(True)
+    want = di(eager)
+    want.backward()
+    got = torch.compile(di, backend="aot_eager")(compiled)
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+    assert eager.grad is not None and compiled.grad is not None
+    torch.testing.assert_close(compiled.grad, eager.grad, rtol=1e-5, atol=1e-7)
