@@ -171,3 +171,12 @@ def test_a_fourier_di_step_agrees_either_way(monkeypatch: pytest.MonkeyPatch) ->
         di32, grad32 = results[key]
         assert abs(di32 - di64) / di64 < 1e-5
         assert float((grad32 - grad64).abs().max() / grad64.abs().max()) < 1e-3
+
+
+def test_functorch_transforms_fall_back_to_pytorch(numpy_calls: list[str]) -> None:
+    """Under ``torch.func`` transforms the tensors are wrappers without NumPy storage."""
+    x = torch.rand(3, 40, 50)
+    torch.testing.assert_close(torch.func.vmap(cos)(x), torch.cos(x), rtol=0.0, atol=0.0)
+    grad = torch.func.grad(lambda t: sin(t).sum())(x[0])
+    torch.testing.assert_close(grad, torch.cos(x[0]))
+    assert numpy_calls == []
