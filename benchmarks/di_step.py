@@ -11,14 +11,14 @@ For each layer and size ``(B, d, J)`` the script times, in the same process and 
 * ``naive``: the same formula written with plain autograd (``torch.linalg.solve``), whose
   backward needs extra ``B x J x J`` products.
 * ``floor_lower``: the floor with its Gram (``Phi^T Phi`` / ``G^T G``) as the lower
-  triangle only (:func:`~kernel_layers._linalg.lower_gram`, a ``syrk``: about half the
+  triangle only (:func:`~kernel_layers.numerics.linalg.gram_matrix`, a ``syrk``: about half the
   flops), which is how the library forms it. ``ours / floor_lower`` is the stricter ratio:
   on CPUs whose ``syrk`` runs at the ``gemm``'s speed, ``ours`` can fall below ``floor``.
 * ``floor64`` (Nystrom only): the float64 work NysDI's precision rule requires, timed the
   same way with the library's own fastest primitives: the float64 lower Gram (``syrk``)
   of ``[G_c, Y_c]`` (``B x (J + L)``), the float64 Cholesky factorisation of order ``J``,
   and the kernel products ``X Z^T``, ``Z Z^T``, ``dH^T X``, ``dK Z`` in the dtype
-  :func:`~kernel_layers._linalg.kernel_dtype` picks (float64 for narrow inputs such as
+  :func:`~kernel_layers.numerics.linalg.kernel_dtype` picks (float64 for narrow inputs such as
   CovType's 54 columns). ``floor64 / floor`` is the part of ``ours / floor`` that no
   implementation keeping the precision can remove; ``ours / floor64`` is what is left.
 
@@ -70,9 +70,9 @@ from kernel_layers import (
     discriminant_information,
     nystrom_discriminant_information,
 )
-from kernel_layers._linalg import SOLVE_DTYPE, cholesky_ex, kernel_dtype, lower_gram
-from kernel_layers.allocator import keep_freed_host_memory
-from kernel_layers.nystrom import default_jitter
+from kernel_layers.cli.allocator import keep_freed_host_memory
+from kernel_layers.layers.nystrom import default_jitter
+from kernel_layers.numerics.linalg import SOLVE_DTYPE, cholesky_ex, gram_matrix, kernel_dtype
 
 SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
 NUM_CLASSES = 10
@@ -179,7 +179,7 @@ def make_steps(
 
         def floor_lower() -> None:
             torch.mm(x, w)
-            lower_gram(big)  # Phi^T Phi, lower triangle
+            gram_matrix(big)  # Phi^T Phi, lower triangle
             torch.mm(x.T, big)
 
         steps: dict[str, Callable[[], None]] = {"ours": ours, "floor": floor, "naive": naive}
@@ -208,14 +208,14 @@ def make_steps(
 
         def floor_lower() -> None:
             torch.mm(x, w)  # X Z^T
-            lower_gram(big)  # G^T G, lower triangle
+            gram_matrix(big)  # G^T G, lower triangle
             torch.mm(big.T, x)  # dH^T X
             torch.mm(w.T, w)  # Z Z^T
             torch.mm(small, w.T)  # dK Z
 
         def floor64() -> None:
             torch.mm(x_k, w_k)  # X Z^T in the kernel dtype
-            lower_gram(joint)  # [G_c, Y_c]^T [G_c, Y_c], lower triangle, float64
+            gram_matrix(joint)  # [G_c, Y_c]^T [G_c, Y_c], lower triangle, float64
             cholesky_ex(spd)  # of G^T C G + rho K_Z, float64
             torch.mm(big_k.T, x_k)  # dH^T X
             torch.mm(w_k.T, w_k)  # Z Z^T

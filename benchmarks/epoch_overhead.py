@@ -58,9 +58,9 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from kernel_layers import KernelClassifier
-from kernel_layers.allocator import keep_freed_host_memory
+from kernel_layers.cli.allocator import keep_freed_host_memory
+from kernel_layers.cli.app import KernelLayersCLI, resolve_config_args
 from kernel_layers.data import ArrayDataModule
-from kernel_layers.training.cli import KernelLayersCLI, resolve_config_args
 
 
 def _sync(device: torch.device) -> None:

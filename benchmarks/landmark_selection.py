@@ -36,8 +36,13 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import RidgeClassifierCV
 from sklearn.model_selection import train_test_split
 
-from kernel_layers.landmarks import greedy_landmarks, kmeans, kmeans_plus_plus, random_landmarks
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.selection.landmarks import (
+    greedy_landmarks,
+    kmeans,
+    kmeans_plus_plus,
+    random_landmarks,
+)
 
 GAMMA = 0.02
 SIZES = (50, 200)

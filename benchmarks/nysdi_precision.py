@@ -33,8 +33,8 @@ import torch
 from sklearn.datasets import load_digits
 
 from kernel_layers import nystrom_discriminant_information
-from kernel_layers._linalg import default_jitter, landmark_gram, robust_cholesky
 from kernel_layers.kernels import gaussian_kernel, get_kernel
+from kernel_layers.numerics.linalg import default_jitter, landmark_gram, robust_cholesky
 from kernel_layers.objectives import encode_targets
 
 RHO = 1e-4

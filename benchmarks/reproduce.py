@@ -20,7 +20,7 @@ Resumable: ``--append`` skips the ``(method, J, repeat)`` rows already in the CS
 grid cut short continues with the same command.
 
 Protocol (DESIGN.md section 4): features min-max scaled on train; Gaussian kernel with
-``gamma = kernel_layers.gamma.gamma_heuristic(train)`` unless ``--gamma``; ``rho = 1e-4``;
+``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)`` unless ``--gamma``; ``rho = 1e-4``;
 Adam at ``--lr`` (1e-3), multiplied by 0.1 by
 :class:`kernel_layers.callbacks.PlateauDecay` when the epoch objective saturates
 (``train/di_epoch`` for DI, ``train/loss_epoch`` for LS / CE) and stopped by
@@ -90,7 +90,7 @@ from kernel_layers.data import (
     LetterDataModule,
     MNISTDataModule,
 )
-from kernel_layers.gamma import gamma_heuristic
+from kernel_layers.selection.gamma import gamma_heuristic
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 
 #: Method name -> (map, objective or None for an untrained map, landmark init).

@@ -41,8 +41,8 @@ from reproduce import EVAL_BATCH, evaluate  # the grid's read-outs (script direc
 from torch import Tensor
 
 from kernel_layers import KernelClassifier
+from kernel_layers.cli.app import KernelLayersCLI, resolve_config_args
 from kernel_layers.data import ArrayDataModule
-from kernel_layers.training.cli import KernelLayersCLI, resolve_config_args
 
 __all__ = ["features", "load_matching", "main"]
 

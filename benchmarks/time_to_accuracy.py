@@ -40,8 +40,8 @@ from lightning.pytorch import Callback, seed_everything
 from typing_extensions import override
 
 from kernel_layers import KernelClassifier
-from kernel_layers.allocator import keep_freed_host_memory
-from kernel_layers.gamma import gamma_heuristic
+from kernel_layers.cli.allocator import keep_freed_host_memory
+from kernel_layers.selection.gamma import gamma_heuristic
 
 try:  # run as a script from the repository root or as benchmarks.time_to_accuracy
     from reproduce import (

@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any
 from kernel_layers._version import __version__
 
 if TYPE_CHECKING:  # the names below, for type checkers and IDEs
-    from kernel_layers.allocator import keep_freed_host_memory
-    from kernel_layers.ensemble import EnsembleNystrom
-    from kernel_layers.fastfood import FastfoodLayer
-    from kernel_layers.fourier import FourierLayer
-    from kernel_layers.gamma import GammaSearchResult, gamma_heuristic, select_gamma
+    from kernel_layers.cli.allocator import keep_freed_host_memory
     from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
-    from kernel_layers.landmarks import (
-        greedy_landmarks,
-        kmeans,
-        kmeans_plus_plus,
-        random_landmarks,
-    )
-    from kernel_layers.normalize import FeatureCentering, FeatureNormalization
-    from kernel_layers.nystrom import NystromLayer
+    from kernel_layers.layers.ensemble import EnsembleNystrom
+    from kernel_layers.layers.fastfood import FastfoodLayer
+    from kernel_layers.layers.fourier import FourierLayer
+    from kernel_layers.layers.normalize import FeatureCentering, FeatureNormalization
+    from kernel_layers.layers.nystrom import NystromLayer
     from kernel_layers.objectives import (
         DILoss,
         discriminant_information,
         least_squares_loss,
         nystrom_discriminant_information,
+    )
+    from kernel_layers.selection.gamma import GammaSearchResult, gamma_heuristic, select_gamma
+    from kernel_layers.selection.landmarks import (
+        greedy_landmarks,
+        kmeans,
+        kmeans_plus_plus,
+        random_landmarks,
     )
     from kernel_layers.training.backbones import (
         ResNet18Backbone,
@@ -46,31 +46,31 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs
 #: Public name -> the module that defines it (imported when the name is first used).
 _EXPORTS: dict[str, str] = {
     "DILoss": "kernel_layers.objectives",
-    "EnsembleNystrom": "kernel_layers.ensemble",
-    "FastfoodLayer": "kernel_layers.fastfood",
-    "FeatureCentering": "kernel_layers.normalize",
-    "FeatureNormalization": "kernel_layers.normalize",
-    "FourierLayer": "kernel_layers.fourier",
-    "GammaSearchResult": "kernel_layers.gamma",
+    "EnsembleNystrom": "kernel_layers.layers.ensemble",
+    "FastfoodLayer": "kernel_layers.layers.fastfood",
+    "FeatureCentering": "kernel_layers.layers.normalize",
+    "FeatureNormalization": "kernel_layers.layers.normalize",
+    "FourierLayer": "kernel_layers.layers.fourier",
+    "GammaSearchResult": "kernel_layers.selection.gamma",
     "Kernel": "kernel_layers.kernels",
     "KernelClassifier": "kernel_layers.training.module",
-    "NystromLayer": "kernel_layers.nystrom",
+    "NystromLayer": "kernel_layers.layers.nystrom",
     "ResNet18Backbone": "kernel_layers.training.backbones",
     "RidgeHead": "kernel_layers.training.heads",
     "SmallCNN": "kernel_layers.training.backbones",
     "available_kernels": "kernel_layers.kernels",
     "discriminant_information": "kernel_layers.objectives",
-    "gamma_heuristic": "kernel_layers.gamma",
+    "gamma_heuristic": "kernel_layers.selection.gamma",
     "get_kernel": "kernel_layers.kernels",
-    "greedy_landmarks": "kernel_layers.landmarks",
-    "keep_freed_host_memory": "kernel_layers.allocator",
-    "kmeans": "kernel_layers.landmarks",
-    "kmeans_plus_plus": "kernel_layers.landmarks",
+    "greedy_landmarks": "kernel_layers.selection.landmarks",
+    "keep_freed_host_memory": "kernel_layers.cli.allocator",
+    "kmeans": "kernel_layers.selection.landmarks",
+    "kmeans_plus_plus": "kernel_layers.selection.landmarks",
     "least_squares_loss": "kernel_layers.objectives",
     "nystrom_discriminant_information": "kernel_layers.objectives",
-    "random_landmarks": "kernel_layers.landmarks",
+    "random_landmarks": "kernel_layers.selection.landmarks",
     "register_kernel": "kernel_layers.kernels",
-    "select_gamma": "kernel_layers.gamma",
+    "select_gamma": "kernel_layers.selection.gamma",
     "strip_head": "kernel_layers.training.backbones",
     "with_kernel_head": "kernel_layers.training.backbones",
 }

@@ -30,10 +30,10 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from kernel_layers.fourier import FourierLayer
-from kernel_layers.gamma import gamma_heuristic
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.fourier import FourierLayer
+from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.objectives import DEFAULT_RHO
+from kernel_layers.selection.gamma import gamma_heuristic
 
 __all__ = ["MAPS", "DIClassifier", "DIFeatures"]
 

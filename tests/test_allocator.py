@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from kernel_layers.allocator import (
+from kernel_layers.cli.allocator import (
     HOST_MEMORY_ENV,
     _mallopt,
     allocator_configured_by_user,
@@ -28,7 +28,7 @@ _FAULTS = textwrap.dedent(
     """
     import resource, sys, torch
     from kernel_layers import NystromLayer, discriminant_information
-    from kernel_layers.allocator import keep_freed_host_memory
+    from kernel_layers.cli.allocator import keep_freed_host_memory
     torch.set_num_threads(1)
     if sys.argv[1] == "keep":
         assert keep_freed_host_memory()
@@ -97,7 +97,7 @@ def test_user_configuration_is_respected():
 
 
 def test_cli_applies_it_unless_opted_out(monkeypatch, tmp_path):
-    from kernel_layers.training import cli
+    from kernel_layers.cli import app as cli
 
     calls = []
     monkeypatch.setattr(cli, "keep_freed_host_memory", lambda: calls.append(1) or True)

@@ -15,8 +15,9 @@ import yaml
 from formats import write_covtype, write_idx_images, write_idx_labels
 
 from kernel_layers import KernelClassifier
-from kernel_layers.training.cli import list_recipes, main
-from kernel_layers.training.entry import SIGPIPE_STATUS
+from kernel_layers.cli.app import list_recipes, main
+from kernel_layers.cli.entry import SIGPIPE_STATUS
+from kernel_layers.cli.entry import main as entry_main
 
 RECIPES = sorted((Path(__file__).parents[1] / "recipes").glob("*.yaml"))
 IDX = (
@@ -183,7 +184,7 @@ def test_select_gamma_rejects_root_for_bundled_data(capsys) -> None:
 # ------------------------------------------------------------------ recipes by name
 def test_recipes_ship_with_the_package_and_list_one_line_each(capsys) -> None:
     with pytest.raises(SystemExit) as done:
-        main(["recipes"])
+        entry_main(["recipes"])
     assert done.value.code == 0
     out = capsys.readouterr().out
     names = sorted(p.stem for p in RECIPES)
@@ -199,7 +200,7 @@ def test_console_script_lists_recipes_without_importing_torch_or_lightning() -> 
     with neither torch nor Lightning imported (it answered in 5.5 s and 860 MB before)."""
     code = (
         "import sys\n"
-        "from kernel_layers.training.entry import main\n"
+        "from kernel_layers.cli.entry import main\n"
         "try:\n"
         "    main(['recipes'])\n"
         "except SystemExit as done:\n"
@@ -224,7 +225,7 @@ def test_console_script_stops_quietly_when_its_reader_leaves() -> None:
             [
                 sys.executable,
                 "-c",
-                "from kernel_layers.training.entry import main; main()",
+                "from kernel_layers.cli.entry import main; main()",
                 "recipes",
             ],
             stdout=write_end,
@@ -278,8 +279,8 @@ def test_help_names_the_extra_commands(capsys) -> None:
 # ------------------------------------------------------------------ sizes set once
 def test_num_features_is_linked_from_the_layer(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
+    from kernel_layers.cli.app import KernelLayersCLI
     from kernel_layers.data import ArrayDataModule
-    from kernel_layers.training.cli import KernelLayersCLI
 
     cli = KernelLayersCLI(
         KernelClassifier,
@@ -617,7 +618,7 @@ def test_export_refuses_bad_arguments(fitted_quickstart: Path, monkeypatch, caps
 def test_console_script_quiets_lightnings_pytree_deprecation_only() -> None:
     import warnings
 
-    from kernel_layers.training.entry import quiet_third_party_deprecations
+    from kernel_layers.cli.entry import quiet_third_party_deprecations
 
     message = "`isinstance(treespec, LeafSpec)` is deprecated, use ... instead."
     with warnings.catch_warnings(record=True) as seen:

@@ -21,9 +21,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from kernel_layers import FourierLayer, NystromLayer, nystrom_discriminant_information
-from kernel_layers._deferred import DeferredChecks, deferred_checks
-from kernel_layers._linalg import robust_cholesky
 from kernel_layers.data import TensorDataModule
+from kernel_layers.numerics.linalg import robust_cholesky
+from kernel_layers.training.deferred import DeferredChecks, deferred_checks
 from kernel_layers.training.module import KernelClassifier
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy"}

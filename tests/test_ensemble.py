@@ -8,8 +8,8 @@ import references as ref
 import torch
 from layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 
-from kernel_layers.ensemble import EnsembleNystrom, split_sizes
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.ensemble import EnsembleNystrom, split_sizes
+from kernel_layers.layers.nystrom import NystromLayer
 
 JITTER = 1e-12
 

@@ -13,7 +13,7 @@ from scipy.linalg import hadamard
 
 from kernel_layers import FastfoodLayer, KernelClassifier
 from kernel_layers.data import DigitsDataModule
-from kernel_layers.fastfood import hadamard_transform
+from kernel_layers.layers.fastfood import hadamard_transform
 
 
 @pytest.mark.parametrize("n", [1, 2, 8, 64])

@@ -12,8 +12,9 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import RidgeClassifier
 from sklearn.svm import LinearSVC
 
-import kernel_layers.gamma as gamma_module
-from kernel_layers.gamma import (
+import kernel_layers.selection.gamma as gamma_module
+from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.selection.gamma import (
     GRID_BASE,
     GRID_EXPONENTS,
     GammaSearchResult,
@@ -21,7 +22,6 @@ from kernel_layers.gamma import (
     gamma_heuristic,
     select_gamma,
 )
-from kernel_layers.nystrom import NystromLayer
 
 #: Small digits search of the acceptance test: landmarks and subsample size.
 DIGITS_LANDMARKS = 200

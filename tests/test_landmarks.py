@@ -9,13 +9,13 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers.kernels import Kernel
-from kernel_layers.landmarks import (
+from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.selection.landmarks import (
     greedy_landmarks,
     kmeans,
     kmeans_plus_plus,
     random_landmarks,
 )
-from kernel_layers.nystrom import NystromLayer
 
 
 def _linear(x: torch.Tensor, z: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -67,7 +67,7 @@ def test_kmeans_reseeds_empty_clusters() -> None:
 
 
 def test_kmeans_chunked_assignment_matches(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernel_layers.landmarks as lm
+    import kernel_layers.selection.landmarks as lm
 
     x = torch.rand(300, 3)
     want = kmeans(x, 7, seed=3)

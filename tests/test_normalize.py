@@ -9,14 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_layers.normalize import (
+from kernel_layers.layers.normalize import (
     NORM_EPS,
     FeatureCentering,
     FeatureNormalization,
     center_features,
     normalize_features,
 )
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.nystrom import NystromLayer
 
 
 def _features(rows: int, seed: int = 0) -> torch.Tensor:

@@ -9,7 +9,7 @@ import pytest
 import references as ref
 import torch
 
-from kernel_layers.nystrom import NystromLayer, rank_k_map
+from kernel_layers.layers.nystrom import NystromLayer, rank_k_map
 
 JITTER = 1e-12
 

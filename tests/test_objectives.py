@@ -319,7 +319,7 @@ def test_di_checks_feature_values_without_a_pass_of_its_own() -> None:
     with Count() as count:
         discriminant_information(features, torch.arange(50) % 3)
     assert "aminmax" not in count.names and "isfinite" in count.names
-    from kernel_layers._deferred import DeferredChecks, deferred_checks
+    from kernel_layers.training.deferred import DeferredChecks, deferred_checks
 
     flags = DeferredChecks()  # deferred checks cannot read sums: the scan stays
     with Count() as count, deferred_checks(flags):
@@ -388,7 +388,7 @@ def test_nysdi_compiles_to_eager_value_and_gradients(width: int, kernel: str) ->
     torch.testing.assert_close(z_compiled.grad, z_eager.grad, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("width", [40, 600])  # one Gram block, and lower_gram's blocks
+@pytest.mark.parametrize("width", [40, 600])  # a narrow and a wide map
 def test_di_compiles_to_eager_value_and_gradients(width: int) -> None:
     torch._dynamo.reset()
     gen = torch.Generator().manual_seed(width)

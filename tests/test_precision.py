@@ -104,55 +104,6 @@ def test_double_backward_refuses_instead_of_being_silently_wrong() -> None:
     assert torch.isfinite(grad).all()
 
 
-@pytest.mark.parametrize("width", [600, 1000, 2300])
-def test_lower_gram_blocks_written_in_place_equal_the_differentiable_ones(width: int) -> None:
-    # With several PyTorch threads the host BLAS stands aside and PyTorch forms the block
-    # triangle, each block row written in place; with gradients, out of place and
-    # concatenated. Both: the lower triangle, zeros above the block triangle.
-    from kernel_layers._linalg import lower_gram
-
-    gen = torch.Generator().manual_seed(width)
-    a = torch.randn(60, width, dtype=torch.float64, generator=gen)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        ours = lower_gram(a)
-        graph = lower_gram(a.clone().requires_grad_(True))
-    finally:
-        torch.set_num_threads(threads)
-    assert graph.grad_fn is not None  # the differentiable path was taken
-    # The same zeros; the same values to round-off (a product written through a wider
-    # row stride may round differently in its last bit: seen at 2300 columns).
-    assert torch.equal(ours == 0, graph.detach() == 0)
-    torch.testing.assert_close(ours, graph.detach(), rtol=1e-13, atol=1e-12)
-    ref = a.numpy().T @ a.numpy()
-    lower = np.tril(np.ones_like(ref, dtype=bool))
-    np.testing.assert_allclose(ours.numpy()[lower], ref[lower], rtol=1e-12, atol=1e-10)
-    assert (ours.numpy()[np.triu(np.ones_like(ref, dtype=bool), k=width // 2)] == 0).all()
-
-
-@pytest.mark.parametrize("width", [7, 250, 600, 1000, 2300])
-@pytest.mark.parametrize("transpose", [False, True])
-def test_lower_gram_is_the_lower_triangle_of_the_gram_matrix(width: int, transpose: bool) -> None:
-    from kernel_layers._linalg import lower_gram
-
-    gen = torch.Generator().manual_seed(width)
-    a = torch.randn(40, width, dtype=torch.float64, generator=gen)
-    a = a.mT.contiguous() if transpose else a
-    ours = lower_gram(a, transpose=transpose)
-    ref = a.numpy() @ a.numpy().T if transpose else a.numpy().T @ a.numpy()
-    lower = np.tril(np.ones_like(ref, dtype=bool))
-    np.testing.assert_allclose(ours.numpy()[lower], ref[lower], rtol=1e-12, atol=1e-10)
-    # Above the diagonal: the mirror image where computed (diagonal blocks), else zero.
-    upper = ours.numpy()[~lower]
-    assert np.all((upper == 0) | np.isclose(upper, ref[~lower], rtol=1e-12, atol=1e-10))
-    factor = torch.linalg.cholesky(ours + width * torch.eye(width, dtype=torch.float64))
-    full = torch.linalg.cholesky(
-        torch.from_numpy(ref) + width * torch.eye(width, dtype=torch.float64)
-    )
-    torch.testing.assert_close(factor, full, rtol=1e-10, atol=1e-10)
-
-
 def _covtype_like(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """CovType's layout: 10 continuous columns in [0, 1], then a one-hot block of 4
     (wilderness) and one of 40 (soil type); 7 classes."""
@@ -171,7 +122,7 @@ def test_float32_nysdi_on_narrow_inputs_matches_float64_reference(
     # Narrow inputs (D = 54 <= 64) with a small gamma: K_Z is nearly
     # singular and float32 kernel entries alone move NysDI by ~4e-4 here (1.3e-3 on
     # CovType at gamma 0.01); the library evaluates those kernel matrices in float64.
-    import kernel_layers._linalg as linalg
+    import kernel_layers.numerics.linalg as linalg
 
     if not narrow:  # the float32 path, to show this data does need float64 kernels
         monkeypatch.setattr(linalg, "NARROW_INPUT_RATIO", 10**9)

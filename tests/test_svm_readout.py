@@ -17,8 +17,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
 from kernel_layers import KernelClassifier
+from kernel_layers.cli.app import main
 from kernel_layers.data import DigitsDataModule
-from kernel_layers.training.cli import main
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "svm_readout.py"
 

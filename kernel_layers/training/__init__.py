@@ -5,6 +5,6 @@ Needs Lightning and torchmetrics (imported with the submodules, not with
 :mod:`~kernel_layers.training.heads` (``RidgeHead``, torch only),
 :mod:`~kernel_layers.training.backbones`, :mod:`~kernel_layers.training.predictor`
 (``Predictor``: the trained model as one module), :mod:`~kernel_layers.training.export`
-(``export_onnx``), :mod:`~kernel_layers.training.cli`. The
+(``export_onnx``), :mod:`~kernel_layers.cli.app`. The
 callbacks live in :mod:`kernel_layers.callbacks`.
 """

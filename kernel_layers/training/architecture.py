@@ -30,8 +30,31 @@ TRUSTED_PREFIXES = ("kernel_layers.", "torch.nn.", "torchvision.models.")
 
 
 def _class_path(module: nn.Module) -> str:
+    """The class's public name (``kernel_layers.NystromLayer``) where the package exports
+    it, so that specs survive moves between the package's modules; else its full path."""
     cls = type(module)
+    if cls.__module__.startswith("kernel_layers."):
+        import kernel_layers
+
+        if cls.__qualname__ in kernel_layers.__all__:
+            return f"kernel_layers.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _import_class(class_path: str) -> object:
+    """The object ``class_path`` names; a library class recorded under a module path
+    that has since moved is found by its public name."""
+    module_name, _, attr = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError):
+        if not class_path.startswith("kernel_layers."):
+            raise
+        import kernel_layers
+
+        if attr not in kernel_layers.__all__:
+            raise
+        return getattr(kernel_layers, attr)
 
 
 def _floating_dtype(module: nn.Module) -> torch.dtype | None:
@@ -76,7 +99,7 @@ def describe_module(module: nn.Module, given: object = None) -> dict[str, Any]:
 
 
 def _resolve(owner: str, name: str, class_path: str) -> type[nn.Module]:
-    module_name, _, attr = class_path.rpartition(".")
+    module_name = class_path.rpartition(".")[0]
     trusted = class_path.startswith(TRUSTED_PREFIXES)
     if not module_name or (not trusted and module_name not in sys.modules):
         raise ValueError(
@@ -85,7 +108,7 @@ def _resolve(owner: str, name: str, class_path: str) -> type[nn.Module]:
             f"{class_path!r} (import its module first if you trust the checkpoint)"
         )
     try:
-        cls = getattr(importlib.import_module(module_name), attr)
+        cls = _import_class(class_path)
     except (ImportError, AttributeError) as err:
         raise ValueError(
             f"{owner}: argument '{name}' names class {class_path!r}, which cannot be "

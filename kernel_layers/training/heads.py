@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import SOLVE_DTYPE, robust_cholesky
 from kernel_layers._validation import check_int, check_matrix, check_positive
+from kernel_layers.numerics.linalg import SOLVE_DTYPE, robust_cholesky
 from kernel_layers.objectives import DIStatistics, di_statistics, merge_statistics
 
 __all__ = ["DEFAULT_HEAD_RHO", "RidgeHead", "ridge_solve"]
@@ -91,7 +91,7 @@ class RidgeHead(nn.Module):
         else:
             y = nn.functional.one_hot(targets.long(), self.num_outputs)
         # ridge_solve's Cholesky reads the scatter's lower triangle only
-        batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE), lower=True)
+        batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE))
         self._stats = batch if self._stats is None else merge_statistics(self._stats, batch)
 
     @property

@@ -16,8 +16,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from kernel_layers._deferred import DeferredChecks, deferred_checks
-from kernel_layers._linalg import distance_limit
 from kernel_layers._validation import (
     check_bool,
     check_choice,
@@ -26,7 +24,8 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.data.base import ArrayDataModule
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.numerics.linalg import distance_limit
 from kernel_layers.objectives import (
     DEFAULT_RHO,
     DIStatistics,
@@ -36,6 +35,7 @@ from kernel_layers.objectives import (
 )
 from kernel_layers.training.architecture import build_module, describe_module, is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
+from kernel_layers.training.deferred import DeferredChecks, deferred_checks
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 from kernel_layers.training.predictor import Predictor
 
@@ -124,7 +124,7 @@ class KernelClassifier(LightningModule):
             inputs, labels, factorisations and objective, and guards against divergence;
             each check reads a device value, which on a GPU waits for the queued work (a
             host synchronisation). With ``"epoch"`` the checks are recorded on the device
-            (:mod:`kernel_layers._deferred`) and read once at the epoch's end: a
+            (:mod:`kernel_layers.training.deferred`) and read once at the epoch's end: a
             failure then raises (bad inputs) or stops the fit (divergence) with the
             parameters from the epoch's start, not those from before the failing step,
             and a failed Cholesky factorisation is reported instead of retried with a

@@ -18,7 +18,7 @@ configuration is an error naming both values (the configuration is never silentl
 replaced by the checkpoint's). The configuration of a run is saved as ``config.yaml``
 beside its logs (never over an existing file; not saved when the logger is off).
 ``fit`` / ``validate`` / ``test`` / ``predict`` keep freed host memory for reuse
-(:func:`~kernel_layers.allocator.keep_freed_host_memory`; ``KERNEL_LAYERS_HOST_MEMORY=default``
+(:func:`~kernel_layers.cli.allocator.keep_freed_host_memory`; ``KERNEL_LAYERS_HOST_MEMORY=default``
 keeps glibc's defaults).
 """
 
@@ -39,12 +39,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
-from kernel_layers.allocator import allocator_configured_by_user, keep_freed_host_memory
+from kernel_layers.cli.allocator import allocator_configured_by_user, keep_freed_host_memory
+from kernel_layers.cli.recipe_files import list_recipes, recipe_path
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
-from kernel_layers.training import entry
 from kernel_layers.training.module import KernelClassifier
 from kernel_layers.training.predictions import PredictionWriter
-from kernel_layers.training.recipe_files import list_recipes, recipe_path
 
 __all__ = [
     "KernelLayersCLI",
@@ -314,7 +313,7 @@ class KernelLayersCLI(LightningCLI):
 def _select_gamma(argv: list[str]) -> int:
     """``kernel-layers select-gamma``: grid search of gamma on a data module's training set."""
     from kernel_layers import data as data_modules
-    from kernel_layers.gamma import select_gamma
+    from kernel_layers.selection.gamma import select_gamma
 
     names = {
         "digits": data_modules.DigitsDataModule,
@@ -467,8 +466,6 @@ def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["select-gamma"]:
         raise SystemExit(_select_gamma(argv[1:]))
-    if argv[:1] == ["recipes"]:
-        raise SystemExit(entry.recipes_command(argv[1:]))
     if argv[:1] == ["plot"]:
         raise SystemExit(_plot_command(argv[1:]))
     if argv[:1] == ["export"]:

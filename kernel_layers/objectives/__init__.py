@@ -33,23 +33,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from kernel_layers._deferred import active_checks
-from kernel_layers._linalg import (
-    DISTANCE_OVERFLOW,
-    SOLVE_DTYPE,
-    SUM_OVERFLOW,
-    autocast_off,
-    cholesky_ex,
-    data_limit,
-    default_jitter,
-    kernel_dtype,
-    lower_gram,
-    refuse_double_backward,
-    robust_cholesky,
-    robust_cholesky_in_place,
-    sum_limit,
-    upcast,
-)
 from kernel_layers._validation import (
     check_choice,
     check_dtype,
@@ -62,6 +45,23 @@ from kernel_layers._validation import (
 from kernel_layers.kernels import Kernel, get_kernel
 from kernel_layers.kernels.autograd import gaussian_grads, gaussian_matrix
 from kernel_layers.kernels.functions import gaussian_gram, gaussian_kernel
+from kernel_layers.numerics.linalg import (
+    DISTANCE_OVERFLOW,
+    SOLVE_DTYPE,
+    SUM_OVERFLOW,
+    autocast_off,
+    cholesky_ex,
+    data_limit,
+    default_jitter,
+    gram_matrix,
+    kernel_dtype,
+    refuse_double_backward,
+    robust_cholesky,
+    robust_cholesky_in_place,
+    sum_limit,
+    upcast,
+)
+from kernel_layers.training.deferred import active_checks
 
 __all__ = [
     "DEFAULT_RHO",
@@ -179,15 +179,12 @@ class DIStatistics(NamedTuple):
     target_norm: Tensor
 
 
-def di_statistics(features: Tensor, targets: Tensor, *, lower: bool = False) -> DIStatistics:
+def di_statistics(features: Tensor, targets: Tensor) -> DIStatistics:
     """Statistics of one batch (no validation; see :func:`discriminant_information`).
 
     Args:
         features (Tensor[B, J]): features.
         targets (Tensor[B, L]): target matrix.
-        lower: compute only the lower block triangle of ``scatter`` (the rest zero), for
-            consumers that read nothing else, such as a Cholesky factorisation; about
-            60 % of the product's flops (:func:`~kernel_layers._linalg.lower_gram`).
 
     Returns:
         DIStatistics: in the features' dtype.
@@ -198,7 +195,7 @@ def di_statistics(features: Tensor, targets: Tensor, *, lower: bool = False) -> 
     return DIStatistics(
         rows=torch.tensor(float(features.shape[0]), dtype=features.dtype, device=features.device),
         mean=mean,
-        scatter=lower_gram(phi_c) if lower else phi_c.mT @ phi_c,
+        scatter=phi_c.mT @ phi_c,
         target_mean=target_mean,
         cross=phi_c.mT @ y_c,
         target_scatter=(y_c * y_c).sum(0),
@@ -303,7 +300,7 @@ def _factor(scatter: Tensor, rho: Tensor, dtype: torch.dtype, owner: str) -> Ten
         s = scatter.clone()
         s.diagonal().add_(rho.to(s.dtype))
         largest = s.diagonal().amax()  # before the factor overwrites s
-        factor, info = cholesky_ex(s, overwrite=True)
+        factor, info = cholesky_ex(s)
         estimate = torch.finfo(s.dtype).eps * largest / factor.diagonal().square().amin()
         if bool((info == 0) & (estimate <= FLOAT32_FACTOR_LIMIT)):
             return factor
@@ -412,11 +409,11 @@ class _DIFunction(torch.autograd.Function):
             y_c = targets - target_mean
             rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
             if dual:
-                gram = lower_gram(phi_c, transpose=True)  # the Cholesky reads the lower part
+                gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
                 factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
                 if factor is None:  # too coarse in float32: redo the B x B product in float64
                     wide = phi_c.to(SOLVE_DTYPE)
-                    gram = lower_gram(wide, transpose=True)
+                    gram = gram_matrix(wide, transpose=True)
                     factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
                 y64 = y_c.to(SOLVE_DTYPE)
                 q = torch.cholesky_solve(y64, factor)
@@ -426,7 +423,7 @@ class _DIFunction(torch.autograd.Function):
             else:
                 # The scatter's lower triangle only (all the Cholesky factor reads); the
                 # cross term as (Y_c^T Phi_c)^T: the skinny product runs faster this way.
-                scatter, cross = lower_gram(phi_c), (y_c.mT @ phi_c).mT
+                scatter, cross = gram_matrix(phi_c), (y_c.mT @ phi_c).mT
                 if sync is not None:
                     packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
                     scatter, cross = packed[:, :width], packed[:, width:]
@@ -434,7 +431,7 @@ class _DIFunction(torch.autograd.Function):
                 factor = _factor(scatter, rho64, phi_c.dtype, owner)
                 if factor is None:  # too coarse in float32: redo the products in float64
                     wide, y_wide = phi_c.to(SOLVE_DTYPE), y_c.to(SOLVE_DTYPE)
-                    scatter, cross = lower_gram(wide), wide.mT @ y_wide
+                    scatter, cross = gram_matrix(wide), wide.mT @ y_wide
                     if sync is not None:
                         packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
                         scatter, cross = packed[:, :width], packed[:, width:]
@@ -605,7 +602,7 @@ def _nysdi_solve(
     # sums moved the MNIST landmark gradient by 5.6e-3 relative).
     joint.sub_(mean)
     # [S, .; M^T, .]: the joint Gram's lower triangle holds S's and the cross term.
-    gram = lower_gram(joint)
+    gram = gram_matrix(joint)
     scatter, cross = gram[:width, :width], gram[width:, :width].mT
     if sync is not None:
         packed = sync.all_reduce(torch.cat([scatter, cross], dim=1))
@@ -636,7 +633,7 @@ class _NysDIFunction(torch.autograd.Function):
     """NysDI (eq. 10) from ``G = k(X, Z)`` and the landmark kernel ``K = k(Z, Z)``
     (:func:`_nysdi_solve`): DI's closed-form gradient to ``G`` in ``G``'s dtype, and
     ``-rho A A^T`` to ``K`` in ``K``'s dtype (the jitter is a constant shift, as in
-    :func:`~kernel_layers._linalg.landmark_gram`).
+    :func:`~kernel_layers.numerics.linalg.landmark_gram`).
     """
 
     @staticmethod
@@ -678,7 +675,7 @@ class _GaussianNysDIFunction(torch.autograd.Function):
     """NysDI with the Gaussian kernel, from the inputs ``X`` and landmarks ``Z`` of a
     dtype narrower than :data:`SOLVE_DTYPE`: ``G`` and ``K_Z`` are evaluated in
     :data:`SOLVE_DTYPE` (NysDI's value needs them there, see
-    :func:`~kernel_layers._linalg.kernel_dtype`) and the forward is
+    :func:`~kernel_layers.numerics.linalg.kernel_dtype`) and the forward is
     :class:`_NysDIFunction`'s, bit for bit; the backward runs in the inputs' dtype
     (``G``, ``K_Z``, the residual and ``A`` rounded to it once), which the value does
     not read: at ``(1000, 54, 500)`` the step took 13-15 % less time (one thread, an

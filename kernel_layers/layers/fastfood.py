@@ -23,7 +23,6 @@ from typing import NoReturn
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import autocast_off, distance_limit, upcast
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
@@ -34,6 +33,7 @@ from kernel_layers._validation import (
     check_positive,
     raise_not_scriptable,
 )
+from kernel_layers.numerics.linalg import autocast_off, distance_limit, upcast
 from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["FastfoodLayer", "hadamard_transform"]

@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from kernel_layers._random import make_generator
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
 from kernel_layers.kernels import Kernel, get_kernel, registered_name
-from kernel_layers.landmarks import random_landmarks
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.selection.landmarks import random_landmarks
 
 __all__ = ["DEFAULT_NUM_MAPS", "EnsembleNystrom", "split_sizes"]
 

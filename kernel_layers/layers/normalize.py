@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._linalg import SUM_OVERFLOW, sum_limit
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
+from kernel_layers.numerics.linalg import SUM_OVERFLOW, sum_limit
 
 __all__ = [
     "NORM_EPS",

@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 from torch import Tensor
 
-from kernel_layers._linalg import DISTANCE_OVERFLOW, data_limit
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_choice,
@@ -40,6 +39,7 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.kernels import Kernel, get_kernel, squared_distances
+from kernel_layers.numerics.linalg import DISTANCE_OVERFLOW, data_limit
 
 __all__ = [
     "DEFAULT_ETA",

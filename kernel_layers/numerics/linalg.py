@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from collections.abc import Callable
@@ -11,8 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from kernel_layers._deferred import active_checks
-from kernel_layers._host_blas import host_cholesky_ex, host_lower_gram
+from kernel_layers.training.deferred import active_checks
 
 __all__ = [
     "CHOLESKY_JITTER",
@@ -30,9 +28,9 @@ __all__ = [
     "data_limit",
     "default_jitter",
     "distance_limit",
+    "gram_matrix",
     "kernel_dtype",
     "landmark_gram",
-    "lower_gram",
     "refuse_double_backward",
     "robust_cholesky",
     "robust_cholesky_in_place",
@@ -44,61 +42,16 @@ __all__ = [
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
-#: Column-block width of :func:`lower_gram` (wide enough for matrix-product speed).
-GRAM_BLOCK = 250
-#: At most this many column blocks (more stop paying off on the CPUs measured).
-GRAM_MAX_BLOCKS = 8
-
-
-def lower_gram(a: Tensor, *, transpose: bool = False) -> Tensor:
-    """``a^T a`` (``a a^T`` if ``transpose``) with only its lower block triangle computed.
-
-    For a Cholesky factorisation, which reads the lower triangle only: the columns of
-    ``a`` are cut into ``k`` blocks of about :data:`GRAM_BLOCK` and block row ``i`` is
-    ``a_i^T [a_1 .. a_i]``, one product each, ``(k + 1) / (2k)`` of the full product's
-    flops (63 % for ``k = 4``). Blocks above the diagonal are zero, not mirrored. On the
-    CPU, outside autograd, the host BLAS's ``syrk`` computes the exact lower triangle
-    instead (:func:`~kernel_layers._host_blas.host_lower_gram`: half the flops, faster still).
+def gram_matrix(a: Tensor, *, transpose: bool = False) -> Tensor:
+    """The Gram matrix ``a^T a`` (``a a^T`` if ``transpose``).
 
     Args:
         a (Tensor[B, J]): the matrix (``Tensor[J, B]`` when ``transpose``).
 
     Returns:
-        Tensor[J, J]: lower block triangle of the Gram matrix, zeros above.
+        Tensor[J, J]: the symmetric Gram matrix.
     """
-    if transpose:
-        a = a.mT
-    host = host_lower_gram(a)
-    if host is not None:
-        return host
-    width = a.shape[-1]
-    blocks = min(GRAM_MAX_BLOCKS, max(1, round(width / GRAM_BLOCK)))
-    if blocks == 1:
-        return a.mT @ a
-    if (a.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
-        return _lower_gram_graph(a, blocks)
-    # Each block row written in place through the result's row stride: no padded
-    # copies to concatenate.
-    gram = a.new_zeros(width, width)
-    for lo, hi in _block_edges(width, blocks):
-        torch.mm(a[:, lo:hi].mT, a[:, :hi], out=gram[lo:hi, :hi])
-    return gram
-
-
-def _block_edges(width: int, blocks: int) -> list[tuple[int, int]]:
-    """The column ranges of :func:`lower_gram`'s ``blocks`` blocks of ``width`` columns."""
-    return list(itertools.pairwise(round(i * width / blocks) for i in range(blocks + 1)))
-
-
-def _lower_gram_graph(a: Tensor, blocks: int) -> Tensor:
-    """:func:`lower_gram` by out-of-place products, for autograd and compilers (``out=``
-    records no graph)."""
-    width = a.shape[-1]
-    rows = [
-        torch.nn.functional.pad(a[:, lo:hi].mT @ a[:, :hi], (0, width - hi))
-        for lo, hi in _block_edges(width, blocks)
-    ]
-    return torch.cat(rows)
+    return a @ a.mT if transpose else a.mT @ a
 
 
 def upcast(x: Tensor) -> Tensor:
@@ -185,26 +138,15 @@ SUM_OVERFLOW = "larger ones overflow the sums over the batch"
 DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 
-def cholesky_ex(
-    matrix: Tensor, *, overwrite: bool = False, clean: bool = True
-) -> tuple[Tensor, Tensor]:
-    """``torch.linalg.cholesky_ex(matrix)``; on the CPU outside autograd by a LAPACK
-    ``?potrf`` called directly (:func:`~kernel_layers._host_blas.host_cholesky_ex`:
-    PyTorch's own routine without its layout copies, or SciPy's on CPUs without AVX-512,
-    about 25 % faster there).
+def cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.cholesky_ex(matrix)``: the lower factor and ``info`` (0 on success).
 
     Args:
         matrix (Tensor[n, n]): symmetric matrix (its lower triangle is read).
-        overwrite: ``matrix`` may be overwritten by the factor (one copy fewer).
-        clean: zero the factor's upper triangle; with ``False`` an overwritten
-            ``matrix`` keeps its own there (for callers that only solve with it).
 
     Returns:
-        tuple[Tensor[n, n], Tensor[]]: the lower factor and ``info`` (0 on success).
+        tuple[Tensor[n, n], Tensor[]]: the lower factor and ``info``.
     """
-    host = host_cholesky_ex(matrix, overwrite=overwrite, clean=clean)
-    if host is not None:
-        return host
     factor, info = torch.linalg.cholesky_ex(matrix)
     return factor, info
 
@@ -285,7 +227,7 @@ def robust_cholesky_in_place(build: Callable[[], Tensor], *, owner: str) -> Tens
     if torch.compiler.is_compiling():
         return torch.linalg.cholesky(build())
     matrix = build()
-    factor, info = cholesky_ex(matrix, overwrite=True, clean=False)
+    factor, info = cholesky_ex(matrix)
     if _deferred_failure(owner, matrix, info) or int(info) == 0:
         return factor
     return robust_cholesky(build(), owner=owner)

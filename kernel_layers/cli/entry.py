@@ -1,6 +1,6 @@
 """The ``kernel-layers`` console script: commands that need no model answer before
 torch and Lightning are imported (``kernel-layers recipes`` in a fraction of a second
-instead of seconds); everything else goes to :func:`kernel_layers.training.cli.main`.
+instead of seconds); everything else goes to :func:`kernel_layers.cli.app.main`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ SIGPIPE_STATUS = 141
 
 def recipes_command(argv: list[str]) -> int:
     """``kernel-layers recipes``: print the shipped recipes; returns the exit status."""
-    from kernel_layers.training.recipe_files import print_recipes
+    from kernel_layers.cli.recipe_files import print_recipes
 
     parser = argparse.ArgumentParser(
         prog="kernel-layers recipes", description="List the shipped recipes."
@@ -61,6 +61,6 @@ def main(args: list[str] | None = None) -> None:
     if argv[:1] == ["recipes"]:
         raise SystemExit(recipes_command(argv[1:]))
     quiet_third_party_deprecations()
-    from kernel_layers.training import cli
+    from kernel_layers.cli import app
 
-    cli.main(args)
+    app.main(args)

@@ -37,7 +37,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from kernel_layers._validation import check_int, check_matrix, check_positive
-from kernel_layers.nystrom import NystromLayer
+from kernel_layers.layers.nystrom import NystromLayer
 
 __all__ = [
     "CLASSIFIERS",

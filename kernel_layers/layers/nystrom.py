@@ -9,17 +9,6 @@ from typing import Any, NoReturn
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._blocks import block_index, check_blocks
-from kernel_layers._linalg import (
-    DISTANCE_OVERFLOW,
-    autocast_off,
-    data_limit,
-    default_jitter,
-    distance_limit,
-    landmark_gram,
-    robust_cholesky,
-    upcast,
-)
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
@@ -33,17 +22,28 @@ from kernel_layers._validation import (
     raise_not_scriptable,
 )
 from kernel_layers.kernels import Kernel, get_kernel, registered_name
-from kernel_layers.landmarks import (
-    DEFAULT_ETA,
-    greedy_landmarks,
-    kmeans,
-    kmeans_plus_plus,
-    random_landmarks,
+from kernel_layers.layers.blocks import block_index, check_blocks
+from kernel_layers.numerics.linalg import (
+    DISTANCE_OVERFLOW,
+    autocast_off,
+    data_limit,
+    default_jitter,
+    distance_limit,
+    landmark_gram,
+    robust_cholesky,
+    upcast,
 )
 from kernel_layers.objectives import (
     DEFAULT_RHO,
     discriminant_information,
     nystrom_discriminant_information,
+)
+from kernel_layers.selection.landmarks import (
+    DEFAULT_ETA,
+    greedy_landmarks,
+    kmeans,
+    kmeans_plus_plus,
+    random_landmarks,
 )
 
 __all__ = ["NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
@@ -247,7 +247,7 @@ class NystromLayer(nn.Module):
     ) -> NystromLayer:
         """Build a layer whose landmarks are selected from data.
 
-        The selection runs on ``x``'s device (see :mod:`kernel_layers.landmarks`, whose
+        The selection runs on ``x``'s device (see :mod:`kernel_layers.selection.landmarks`, whose
         functions also work on their own, e.g. to pass ``landmarks=`` yourself with
         non-default k-means settings).
 
@@ -258,7 +258,7 @@ class NystromLayer(nn.Module):
                 ``"kmeans"``: the centres of k-means (Lloyd from k-means++ seeds, not data
                 rows); ``"kmeans++"``: ``n`` distinct rows by k-means++ ``D^2`` sampling;
                 ``"greedy"``: the innovation rule of
-                :func:`~kernel_layers.landmarks.greedy_landmarks` over the rows in a
+                :func:`~kernel_layers.selection.landmarks.greedy_landmarks` over the rows in a
                 random order (drawn from ``seed``), with the layer's kernel: a row is
                 accepted when ``k(x, x) - k_x^T K_Z^-1 k_x > eta``, until ``n`` are
                 accepted. The layer may then have fewer landmarks: its
@@ -266,7 +266,7 @@ class NystromLayer(nn.Module):
             seed: seed of the selection (exclusive with ``generator``).
             generator: a CPU ``torch.Generator``.
             eta: innovation threshold ``> 0`` of ``"greedy"`` (default
-                :data:`~kernel_layers.landmarks.DEFAULT_ETA`); only valid with it.
+                :data:`~kernel_layers.selection.landmarks.DEFAULT_ETA`); only valid with it.
             **kwargs: further arguments of :class:`NystromLayer` (``kernel``, ``gamma``,
                 ``kernel_params``, ``trainable``, ``rank``, ...).
 

@@ -10,14 +10,6 @@ from typing import NoReturn
 import torch
 from torch import Tensor, nn
 
-from kernel_layers import _host_math
-from kernel_layers._blocks import block_index, check_blocks
-from kernel_layers._linalg import (
-    autocast_off,
-    distance_limit,
-    refuse_double_backward,
-    upcast,
-)
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
@@ -30,6 +22,13 @@ from kernel_layers._validation import (
     raise_not_scriptable,
 )
 from kernel_layers.kernels import Kernel, get_kernel, registered_name, spectral_quantiles
+from kernel_layers.layers.blocks import block_index, check_blocks
+from kernel_layers.numerics.linalg import (
+    autocast_off,
+    distance_limit,
+    refuse_double_backward,
+    upcast,
+)
 from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
@@ -55,7 +54,7 @@ class _CosineFeatures(torch.autograd.Function):
         h = torch.mm(x, w).add_(b)
         ctx.save_for_backward(x, w, h)
         ctx.scale = scale
-        return _host_math.cos(h).mul_(scale)
+        return torch.cos(h).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -65,7 +64,7 @@ class _CosineFeatures(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grad: Tensor):
         x, w, h = ctx.saved_tensors
-        e = _host_math.sin(h).mul_(grad)  # -scale is applied to the products below
+        e = torch.sin(h).mul_(grad)  # -scale is applied to the products below
         grad_x = e @ (w.mT * -ctx.scale) if ctx.needs_input_grad[0] else None
         grad_w = (x.mT @ e).mul_(-ctx.scale) if ctx.needs_input_grad[1] else None
         grad_b = e.sum(0).mul_(-ctx.scale) if ctx.needs_input_grad[2] else None

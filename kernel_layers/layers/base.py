@@ -1,0 +1,104 @@
+"""The contract every kernel feature map of this library keeps.
+
+:class:`KernelFeatureMap` is what :class:`~kernel_layers.KernelClassifier`, the
+checkpoints and the exporters talk to: a map from ``Tensor[B, in_features]`` to
+``Tensor[B, feature_width]`` that knows its own constructor settings, its blocks of
+features and how its Discriminant Information is computed. A user-defined map that
+derives from it trains in ``KernelClassifier`` like the library's own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from torch import Tensor, nn
+
+from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
+
+__all__ = ["KernelFeatureMap"]
+
+
+class KernelFeatureMap(nn.Module, ABC):
+    """Abstract base of the kernel feature maps.
+
+    Subclasses set ``in_features`` and ``out_features`` in ``__init__`` and implement
+    :meth:`forward` and :meth:`get_config`. The rest has defaults that a map overrides
+    where it knows better (``NystromLayer`` computes its DI from the landmarks, without
+    forming the features; it also asks for training rows to draw its landmarks from).
+
+    Attributes:
+        in_features (int): ``D``, the width of the inputs.
+        out_features (int): ``J``, the map's size (landmarks, frequencies).
+    """
+
+    in_features: int
+    out_features: int
+
+    @abstractmethod
+    def forward(self, x: Tensor) -> Tensor:
+        """The features of ``x``.
+
+        Args:
+            x (Tensor[B, D]): inputs.
+
+        Returns:
+            Tensor[B, F]: features, ``F = feature_width``.
+        """
+
+    @abstractmethod
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings as primitives (the learnt tensors come from the state
+        dict): ``type(self)(**self.get_config())`` builds a map of the same shape."""
+
+    @property
+    def feature_width(self) -> int:
+        """``F``, the width of :meth:`forward`'s output (``out_features`` by default)."""
+        return self.out_features
+
+    @property
+    def feature_blocks(self) -> list[range]:
+        """Contiguous ranges of feature columns that belong together (the channels of
+        multiple kernel learning, penalised as groups); one range of all by default."""
+        return [range(self.feature_width)]
+
+    def data_rows_wanted(self) -> int:
+        """How many training rows (in the map's input space) :meth:`init_from_data`
+        wants before training starts; 0 (the default): none."""
+        return 0
+
+    def init_from_data(self, rows: Tensor) -> None:
+        """Initialise the map from training rows (called once, before training, with
+        :meth:`data_rows_wanted` rows when that is positive).
+
+        Args:
+            rows (Tensor[N, D]): training inputs of the map.
+        """
+        del rows
+
+    def discriminant_information(
+        self,
+        x: Tensor,
+        targets: Tensor,
+        *,
+        rho: float = DEFAULT_RHO,
+        num_classes: int | None = None,
+        sync_dist: bool = False,
+    ) -> Tensor:
+        """DI of this map's features of ``x`` (by default computed from the features).
+
+        Args:
+            x (Tensor[B, D]): inputs of the map.
+            targets (Tensor[B] | Tensor[B, L]): labels or a target matrix.
+            rho: ridge parameter ``> 0``.
+            num_classes: number of classes ``L`` for int labels.
+            sync_dist: all-reduce the sufficient statistics (exact DI under DDP).
+
+        Returns:
+            Tensor[]: the DI of the (global) batch.
+        """
+        return discriminant_information(
+            self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
+        )
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
