@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from kernel_layers._random import make_generator
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
 from kernel_layers.kernels import Kernel, get_kernel, registered_name
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.selection.landmarks import random_landmarks
 
@@ -31,7 +32,7 @@ def split_sizes(total: int, num_maps: int) -> list[int]:
     return [base + (i < extra) for i in range(num_maps)]
 
 
-class EnsembleNystrom(nn.Module):
+class EnsembleNystrom(KernelFeatureMap):
     r"""Ensemble Nystrom features: ``phi(x) = [sqrt(w_1) phi_1(x), ..., sqrt(w_m) phi_m(x)]``.
 
     Each ``phi_i`` is a :class:`~kernel_layers.NystromLayer` on its own landmarks

@@ -33,6 +33,7 @@ from kernel_layers._validation import (
     check_positive,
     raise_not_scriptable,
 )
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.numerics.linalg import autocast_off, distance_limit, upcast
 from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
@@ -61,7 +62,7 @@ def hadamard_transform(x: Tensor) -> Tensor:
     return x
 
 
-class FastfoodLayer(nn.Module):
+class FastfoodLayer(KernelFeatureMap):
     r"""Gaussian-kernel random features ``sqrt(2/J) cos(V x + b)`` with Fastfood ``V``.
 
     See the module docstring for the construction. ``J`` features come from

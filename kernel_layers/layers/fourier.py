@@ -22,6 +22,7 @@ from kernel_layers._validation import (
     raise_not_scriptable,
 )
 from kernel_layers.kernels import Kernel, get_kernel, registered_name, spectral_quantiles
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.blocks import block_index, check_blocks
 from kernel_layers.numerics.linalg import (
     autocast_off,
@@ -104,7 +105,7 @@ def cossin_features(x: Tensor, frequencies: Tensor) -> Tensor:
     )
 
 
-class FourierLayer(nn.Module):
+class FourierLayer(KernelFeatureMap):
     r"""Random Fourier features ``phi(x) = sqrt(2/J) cos(x W + b)`` with learnable ``W, b``.
 
     For a shift-invariant kernel with spectral law ``p``, drawing ``W[:, j] ~ p`` and

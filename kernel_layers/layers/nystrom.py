@@ -22,6 +22,7 @@ from kernel_layers._validation import (
     raise_not_scriptable,
 )
 from kernel_layers.kernels import Kernel, get_kernel, registered_name
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.blocks import block_index, check_blocks
 from kernel_layers.numerics.linalg import (
     DISTANCE_OVERFLOW,
@@ -81,7 +82,7 @@ def rank_k_map(k_z: Tensor, rank: int) -> Tensor:
     return vectors * torch.where(keep, safe.rsqrt(), torch.zeros_like(values))
 
 
-class NystromLayer(nn.Module):
+class NystromLayer(KernelFeatureMap):
     r"""Nystrom features ``phi(x) = k(x, Z) R^-T`` with learnable landmarks ``Z``.
 
     With ``K_Z = k(Z, Z) + jitter I = R R^T`` (Cholesky, computed in float64), the
@@ -343,6 +344,22 @@ class NystromLayer(nn.Module):
         """``t (Tensor[..., D])`` times each dimension's bandwidth (``ard``), else ``t``."""
         sigma = self.input_bandwidth
         return t if sigma is None else t * sigma.to(t.dtype)
+
+    def data_rows_wanted(self) -> int:
+        """``out_features`` training rows to draw the landmarks from, unless the
+        landmarks were given (``landmarks=`` or :meth:`from_data`)."""
+        return 0 if self.landmarks_given else self.out_features
+
+    @torch.no_grad()
+    def init_from_data(self, rows: Tensor) -> None:
+        """Landmarks := the first ``out_features`` of ``rows (Tensor[N, D])``."""
+        needed = self.out_features
+        if rows.ndim != 2 or rows.shape[0] < needed or rows.shape[1] != self.in_features:
+            raise ValueError(
+                f"{type(self).__name__}: argument 'rows' must have shape [>= {needed}, "
+                f"{self.in_features}], got {list(rows.shape)}"
+            )
+        self.landmarks.copy_(rows[:needed].to(self.landmarks))
 
     @property
     def feature_width(self) -> int:
