@@ -121,6 +121,39 @@ def test_statistics_merge_exactly() -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-8)
 
 
+@pytest.mark.parametrize("joint", [False, True])
+def test_shared_statistics_centre_scale_and_multiply_as_float64_reference(joint: bool) -> None:
+    # The one implementation of centring, unit-norm target scaling (an absent class
+    # gets a zero column) and the centred products that DI and NysDI both use.
+    from kernel_layers.objectives.statistics import (
+        centre,
+        centred_products,
+        compute_moments,
+        moment_sums,
+    )
+
+    phi = _features(50, 7, seed=3) * 3.0 + 10.0
+    labels = torch.arange(50) % 3  # class 3 of 4 absent
+    y = torch.nn.functional.one_hot(labels, 4).double()
+    buffer = torch.cat([phi, y], dim=1) if joint else None
+    parts = (buffer[:, :7], buffer[:, 7:]) if buffer is not None else (phi, y)
+    sums = moment_sums(*parts, joint=buffer)
+    moments = compute_moments(sums, 7, scale_columns=True)
+    phi_c, y_c = centre(*parts, moments, joint=buffer)
+    scatter, cross = centred_products(phi_c, y_c, joint=buffer)
+
+    x, yn = phi.numpy(), ref.onehot_unit(labels.numpy(), 4)
+    xc, ycn = x - x.mean(0), yn - yn.mean(0)
+    assert moments.rows.item() == 50
+    np.testing.assert_allclose(moments.mean.numpy(), x.mean(0), rtol=1e-14)
+    np.testing.assert_allclose(moments.target_mean.numpy(), yn.mean(0), rtol=1e-14, atol=1e-16)
+    np.testing.assert_allclose(y_c.numpy(), ycn, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(phi_c.numpy(), xc, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.tril(scatter.numpy()), np.tril(xc.T @ xc), rtol=1e-12)
+    np.testing.assert_allclose(cross.numpy(), xc.T @ ycn, rtol=1e-12, atol=1e-12)
+    assert (y_c[:, 3] == 0).all()
+
+
 def test_float32_agrees_with_float64_at_paper_size() -> None:
     # (B, J) = (4000, 2000): random Fourier features of the digits, resampled.
     x, labels = load_digits(return_X_y=True)

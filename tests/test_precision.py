@@ -122,11 +122,11 @@ def test_float32_nysdi_on_narrow_inputs_matches_float64_reference(
     # Narrow inputs (D = 54 <= 64) with a small gamma: K_Z is nearly
     # singular and float32 kernel entries alone move NysDI by ~4e-4 here (1.3e-3 on
     # CovType at gamma 0.01); the library evaluates those kernel matrices in float64.
-    import kernel_layers.numerics.linalg as linalg
+    from kernel_layers.numerics import precision
 
     if not narrow:  # the float32 path, to show this data does need float64 kernels
-        monkeypatch.setattr(linalg, "NARROW_INPUT_RATIO", 10**9)
-        monkeypatch.setattr(linalg, "NARROW_INPUT_WIDTH", 0)
+        monkeypatch.setattr(precision, "NARROW_INPUT_RATIO", 10**9)
+        monkeypatch.setattr(precision, "NARROW_INPUT_WIDTH", 0)
     x, labels = _covtype_like(500, seed=0)
     z = _covtype_like(300, seed=1)[0]
     gamma, jitter = 0.003, 1e-6
@@ -194,17 +194,17 @@ def test_float32_nysdi_on_narrow_inputs_differentiates_in_float32() -> None:
 def _factor_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[torch.dtype | None]:
     """Record the dtype of every factor DI's primal solve gets (``None``: the Gram was
     redone in float64)."""
-    from kernel_layers import objectives
+    from kernel_layers.objectives import solve
 
     seen: list[torch.dtype | None] = []
-    original = objectives._factor
+    original = solve.factor_scatter
 
     def spy(scatter, ridge, dtype, owner):  # type: ignore[no-untyped-def]
         factor = original(scatter, ridge, dtype, owner)
         seen.append(None if factor is None else factor.dtype)
         return factor
 
-    monkeypatch.setattr(objectives, "_factor", spy)
+    monkeypatch.setattr(solve, "factor_scatter", spy)
     return seen
 
 
@@ -238,13 +238,13 @@ def test_float32_di_factorises_in_float32_only_when_its_round_off_allows(
 
 
 def test_float32_factor_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel_layers import objectives
+    from kernel_layers.numerics import precision
 
     seen = _factor_dtypes(monkeypatch)
     x, labels = _scaled_columns(3.0)
     phi, target = torch.tensor(x, dtype=torch.float32), torch.tensor(labels)
     fast = discriminant_information(phi, target).item()
-    monkeypatch.setattr(objectives, "FLOAT32_FACTOR_LIMIT", 0.0)
+    monkeypatch.setattr(precision, "FLOAT32_FACTOR_LIMIT", 0.0)
     slow = discriminant_information(phi, target).item()
     assert seen == [torch.float32, torch.float64]
     assert fast == pytest.approx(slow, rel=1e-6)

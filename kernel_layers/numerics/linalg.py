@@ -1,8 +1,13 @@
-"""Numerically guarded dense linear algebra shared by the layers and objectives."""
+"""Numerically guarded dense linear algebra shared by the layers and objectives: the
+Gram matrix, the Cholesky factorisation with escalating jitter, the landmark kernel's
+jitter.
+
+The dtype rules live in :mod:`kernel_layers.numerics.precision`; the names of theirs
+that this module lists in ``__all__`` are re-exported for existing imports.
+"""
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +15,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from kernel_layers.numerics.precision import (
+    DISTANCE_OVERFLOW,
+    HALF_DTYPES,
+    NARROW_INPUT_RATIO,
+    NARROW_INPUT_WIDTH,
+    SOLVE_DTYPE,
+    SUM_OVERFLOW,
+    autocast_off,
+    data_limit,
+    distance_limit,
+    kernel_dtype,
+    sum_limit,
+    upcast,
+)
 from kernel_layers.training.deferred import active_checks
 
 __all__ = [
@@ -38,9 +57,6 @@ __all__ = [
     "upcast",
 ]
 
-#: Low-precision dtypes that kernel distances and DI solves never run in.
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-
 
 def gram_matrix(a: Tensor, *, transpose: bool = False) -> Tensor:
     """The Gram matrix ``a^T a`` (``a a^T`` if ``transpose``).
@@ -54,88 +70,12 @@ def gram_matrix(a: Tensor, *, transpose: bool = False) -> Tensor:
     return a @ a.mT if transpose else a.mT @ a
 
 
-def upcast(x: Tensor) -> Tensor:
-    """``x`` in float32 if it is float16 / bfloat16, else ``x`` itself."""
-    return x.float() if x.dtype in HALF_DTYPES else x
-
-
-#: Inputs at most ``1 / NARROW_INPUT_RATIO`` as wide as the landmark count, or at most
-#: ``NARROW_INPUT_WIDTH`` wide, are "narrow": their kernel matrices ``k(X, Z)``, ``k(Z, Z)``
-#: (``B n D + n^2 D`` products) cost a small share of the float64 ``B n^2`` Gram that
-#: NysDI forms anyway, or a small step in absolute terms, so they are evaluated in
-#: float64 too (see :func:`kernel_dtype`).
-NARROW_INPUT_RATIO = 4
-NARROW_INPUT_WIDTH = 64
-
-
-def kernel_dtype(dtype: torch.dtype, width: int, landmarks: int) -> torch.dtype:
-    """The dtype in which NysDI evaluates its kernel matrices.
-
-    Float64 (:data:`SOLVE_DTYPE`) for narrow inputs (``NARROW_INPUT_RATIO * width <=
-    landmarks`` or ``width <= NARROW_INPUT_WIDTH``, e.g. CovType's 54 columns), whose
-    float32 kernel entries would otherwise move a nearly singular ``K_Z`` (measured:
-    NysDI on CovType off by 1.3e-3 relative at gamma 0.01 with float32 matrices);
-    ``dtype`` otherwise (wide inputs such as MNIST pixels, where float64 matrices would
-    cost +50 % of the step and float32 already agrees to 1e-7).
-
-    Args:
-        dtype: the inputs' (upcast) floating dtype.
-        width: the input width ``D``.
-        landmarks: the landmark count ``n``.
-
-    Returns:
-        torch.dtype: ``SOLVE_DTYPE`` or ``dtype``.
-    """
-    narrow = width <= NARROW_INPUT_WIDTH or NARROW_INPUT_RATIO * width <= landmarks
-    return SOLVE_DTYPE if narrow else dtype
-
-
-def autocast_off(x: Tensor) -> torch.autocast:
-    """A context that disables autocast on ``x``'s device type (mixed-precision safety)."""
-    return torch.autocast(device_type=x.device.type, enabled=False)
-
-
-#: dtype of the ``J x J`` factorisation and solves (the ``B x J`` products keep the
-#: features' dtype).
-SOLVE_DTYPE = torch.float64
 #: First jitter, relative to the mean diagonal, tried when a Cholesky factorisation fails.
 CHOLESKY_JITTER = 1e-12
 #: Factor by which the jitter grows between attempts.
 JITTER_GROWTH = 100.0
 #: Number of jittered attempts before giving up.
 MAX_JITTER_TRIES = 6
-
-
-def distance_limit(dtype: torch.dtype, width: int) -> float:
-    """The largest input magnitude whose squared distances ``sum_i (x_i - z_i)^2`` over
-    ``width`` dimensions (points within that magnitude) stay finite in ``dtype``."""
-    if not dtype.is_floating_point:  # refused by the dtype check that follows
-        return math.inf
-    return math.sqrt(torch.finfo(dtype).max / (4.0 * max(width, 1)))
-
-
-def data_limit(x: object) -> float:
-    """:func:`distance_limit` for a data matrix ``x (Tensor[N, D])`` (inf for non-tensors:
-    their type check reports them)."""
-    if not isinstance(x, Tensor) or x.ndim != 2:
-        return math.inf
-    return distance_limit(x.dtype, x.shape[1])
-
-
-def sum_limit(x: object) -> float:
-    """The largest magnitude whose sums over the rows of ``x (Tensor[..., D])`` (a batch
-    mean, a centring) stay finite in its dtype (inf for non-float inputs: their type check
-    reports them)."""
-    if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim == 0:
-        return math.inf
-    rows = x.numel() // max(x.shape[-1], 1)
-    return torch.finfo(x.dtype).max / (2.0 * max(rows, 1))
-
-
-#: What overflows beyond :func:`sum_limit` (for messages).
-SUM_OVERFLOW = "larger ones overflow the sums over the batch"
-#: What overflows beyond :func:`distance_limit` (for messages).
-DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
 
 def cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor]:

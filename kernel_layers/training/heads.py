@@ -6,8 +6,9 @@ import torch
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_int, check_matrix, check_positive
-from kernel_layers.numerics.linalg import SOLVE_DTYPE, robust_cholesky
-from kernel_layers.objectives import DIStatistics, di_statistics, merge_statistics
+from kernel_layers.numerics.linalg import robust_cholesky
+from kernel_layers.numerics.precision import SOLVE_DTYPE
+from kernel_layers.objectives.statistics import DIStatistics, di_statistics, merge_statistics
 
 __all__ = ["DEFAULT_HEAD_RHO", "RidgeHead", "ridge_solve"]
 

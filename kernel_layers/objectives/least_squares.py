@@ -1,0 +1,57 @@
+"""The least-squares (ridge) objective of the DI paper's LS baseline."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from kernel_layers._validation import check_matrix
+from kernel_layers.objectives.di import DEFAULT_RHO, check_rho
+from kernel_layers.objectives.statistics import unit_column_scale
+from kernel_layers.objectives.targets import encode_targets
+
+__all__ = ["least_squares_loss"]
+
+
+def least_squares_loss(
+    features: Tensor,
+    targets: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    rho: float = DEFAULT_RHO,
+    num_classes: int | None = None,
+) -> Tensor:
+    """Ridge loss of the paper's LS baseline: ``||Y - Phi W - b||_F^2 + rho ||W||_F^2``.
+
+    Targets are encoded as in :func:`discriminant_information` (unit-norm one-hot
+    columns for labels), so at the optimal ``W, b`` this equals ``||Y_c||^2 - DI``.
+
+    Args:
+        features (Tensor[B, J]): features ``Phi``.
+        targets (Tensor[B] | Tensor[B, L]): labels or target matrix.
+        weight (Tensor[J, L]): read-out weights ``W``.
+        bias (Tensor[L] | None): read-out bias ``b``.
+        rho: ridge parameter ``> 0``.
+        num_classes: number of classes for integer labels.
+
+    Returns:
+        Tensor[]: the loss.
+    """
+    owner = "least_squares_loss"
+    check_matrix(owner, "features", features)
+    rho = check_rho(owner, rho)
+    y, scale_columns = encode_targets(
+        targets, features.shape[0], num_classes=num_classes, owner=owner
+    )
+    y = y.to(features.dtype)
+    if scale_columns:
+        y = y * unit_column_scale(y.sum(0))
+    if weight.shape != (features.shape[1], y.shape[1]):
+        raise ValueError(
+            f"{owner}: argument 'weight' must have shape [{features.shape[1]}, {y.shape[1]}], "
+            f"got {list(weight.shape)}"
+        )
+    residual = y - features @ weight
+    if bias is not None:
+        residual = residual - bias
+    return (residual * residual).sum() + rho * (weight * weight).sum()

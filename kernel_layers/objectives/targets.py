@@ -1,0 +1,87 @@
+"""Target encoding shared by DI, NysDI and the least-squares objective."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from kernel_layers._validation import check_finite, check_int
+from kernel_layers.training.deferred import active_checks
+
+__all__ = ["encode_targets"]
+
+
+def encode_targets(
+    targets: Tensor,
+    batch: int,
+    *,
+    num_classes: int | None = None,
+    owner: str = "discriminant_information",
+) -> tuple[Tensor, bool]:
+    """Turn labels into a one-hot matrix, or check a float target matrix.
+
+    Args:
+        targets (Tensor[B] | Tensor[B, L]): integer class labels in ``[0, num_classes)``
+            or a floating target matrix used as is.
+        batch: the number of feature rows ``B``.
+        num_classes: ``L`` for labels (default ``max(label) + 1``).
+        owner: the caller's name for messages.
+
+    Returns:
+        tuple[Tensor[B, L], bool]: the (unscaled) target matrix, and whether its columns
+        are one-hot class indicators (to be scaled to unit norm).
+    """
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"{owner}: argument 'targets' must be a torch.Tensor, got {type(targets).__name__}"
+        )
+    if targets.shape[0:1] != (batch,):
+        raise ValueError(
+            f"{owner}: argument 'targets' must have {batch} rows (one per feature row), "
+            f"got shape {list(targets.shape)}"
+        )
+    if targets.is_floating_point():
+        if targets.ndim != 2:
+            raise ValueError(
+                f"{owner}: argument 'targets' must be integer labels [B] or a float matrix "
+                f"[B, L], got a float tensor of shape {list(targets.shape)} "
+                "(use targets[:, None] for a single regression target, or .long() for labels)"
+            )
+        check_finite(owner, "targets", targets)
+        return targets, False
+    if targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(
+            f"{owner}: argument 'targets' must be integer labels or a float matrix, "
+            f"got dtype {targets.dtype}"
+        )
+    if targets.ndim != 1:
+        raise ValueError(
+            f"{owner}: argument 'targets' must be integer labels of shape [B], "
+            f"got shape {list(targets.shape)}"
+        )
+    checks = active_checks()
+    if checks is not None and num_classes is not None:  # recorded, read later
+        num_classes = check_int(owner, "num_classes", num_classes)
+        checks.record(
+            ValueError,
+            f"{owner}: argument 'targets' must be labels in [0, num_classes={num_classes}), "
+            "and a batch's were not",
+            (targets.min() < 0) | (targets.max() >= num_classes),
+        )
+        # Clamped so that no device-side assertion fires before the report.
+        targets = targets.clamp(0, num_classes - 1)
+    else:
+        low, high = int(targets.min()), int(targets.max())
+        if low < 0:
+            raise ValueError(f"{owner}: argument 'targets' must be labels >= 0, got {low}")
+        if num_classes is None:
+            num_classes = high + 1
+        num_classes = check_int(owner, "num_classes", num_classes)
+        if high >= num_classes:
+            raise ValueError(
+                f"{owner}: argument 'targets' must be labels < num_classes={num_classes}, "
+                f"got {high}"
+            )
+    onehot = torch.zeros(batch, num_classes, dtype=torch.get_default_dtype(), device=targets.device)
+    onehot.scatter_(1, targets.long()[:, None], 1.0)
+    return onehot, True
