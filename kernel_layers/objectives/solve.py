@@ -249,7 +249,7 @@ def nysdi_solve(
     shift = kernel.diagonal().to(wide).mean() * (rho * jitter)
 
     def regularised() -> Tensor:  # S, row-major: the factor overwrites it
-        # K widened first: a mixed-dtype sum runs slower than the two passes.
+        # K widened first: two passes beat a mixed-dtype sum (see benchmarks/di_step.py).
         s = kernel.to(wide, memory_format=torch.contiguous_format, copy=True)
         torch.add(scatter, s, alpha=rho, out=s)
         s.diagonal().add_(shift)
