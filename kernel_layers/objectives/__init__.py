@@ -45,6 +45,7 @@ from kernel_layers._validation import (
 from kernel_layers.kernels import Kernel, get_kernel
 from kernel_layers.kernels.autograd import gaussian_grads, gaussian_matrix
 from kernel_layers.kernels.functions import gaussian_gram, gaussian_kernel
+from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.linalg import (
     DISTANCE_OVERFLOW,
     SOLVE_DTYPE,
@@ -61,7 +62,6 @@ from kernel_layers.numerics.linalg import (
     sum_limit,
     upcast,
 )
-from kernel_layers.training.deferred import active_checks
 
 __all__ = [
     "DEFAULT_RHO",
