@@ -18,7 +18,7 @@ from typing import NoReturn
 import torch
 from torch import Tensor
 
-from kernel_layers.training.deferred import active_checks
+from kernel_layers.numerics.deferred import active_checks
 
 __all__ = [
     "check_bool",

@@ -22,8 +22,9 @@ from torch.overrides import TorchFunctionMode
 
 from kernel_layers import FourierLayer, NystromLayer, nystrom_discriminant_information
 from kernel_layers.data import TensorDataModule
+from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.numerics.deferred import DeferredChecks, deferred_checks
 from kernel_layers.numerics.linalg import robust_cholesky
-from kernel_layers.training.deferred import DeferredChecks, deferred_checks
 from kernel_layers.training.module import KernelClassifier
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy"}
@@ -141,8 +142,8 @@ def test_epoch_checks_report_labels_out_of_range(make_trainer: Callable[..., L.T
         make_trainer(max_epochs=1).fit(model, _data(classes=4))
 
 
-class _NaNLayer(nn.Module):
-    out_features = 3
+class _NaNLayer(KernelFeatureMap):
+    in_features, out_features = 10, 3
 
     def __init__(self) -> None:
         super().__init__()
@@ -150,6 +151,9 @@ class _NaNLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self.w * float("nan")
+
+    def get_config(self) -> dict[str, object]:
+        return {}
 
 
 def test_epoch_checks_stop_a_diverged_fit_with_the_epoch_start(

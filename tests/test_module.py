@@ -13,8 +13,9 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import Ridge
 from torch import nn
 
-from kernel_layers import FourierLayer, NystromLayer
+from kernel_layers import FourierLayer, NystromLayer, discriminant_information
 from kernel_layers.data import TensorDataModule
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.heads import RidgeHead
 from kernel_layers.training.module import KernelClassifier
 
@@ -169,8 +170,8 @@ def test_backbone_is_trained_with_its_own_learning_rate(
     assert lrs == {"kernel": 1e-2, "backbone": 1e-3}
 
 
-class _NaNLayer(nn.Module):
-    out_features = 3
+class _NaNLayer(KernelFeatureMap):
+    in_features, out_features = 10, 3
 
     def __init__(self) -> None:
         super().__init__()
@@ -178,6 +179,9 @@ class _NaNLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self.w * float("nan")
+
+    def get_config(self) -> dict[str, object]:
+        return {}
 
 
 def test_non_finite_objective_stops_with_reason(make_trainer: Callable[..., L.Trainer]) -> None:
@@ -211,7 +215,17 @@ def test_untrained_baseline_evaluates_without_fit(make_trainer: Callable[..., L.
         ({"rho": -1.0}, ValueError, "'rho' must be a finite number > 0"),
         ({"lr": 0.0}, ValueError, "'lr' must be a finite number > 0"),
         ({"backbone_lr": 0.0}, ValueError, "'backbone_lr' must be a finite number > 0"),
-        ({"kernel_layer": nn.ReLU()}, TypeError, "'kernel_layer' must be an nn.Module with an int"),
+        (
+            {"kernel_layer": nn.ReLU()},
+            TypeError,
+            r"'kernel_layer' must be a KernelFeatureMap \(NystromLayer, .*\), got ReLU",
+        ),
+        (
+            {"kernel_layer": nn.Linear(3, 4)},
+            TypeError,
+            r"'kernel_layer' must be a KernelFeatureMap .*subclass of "
+            r"kernel_layers\.layers\.base\.KernelFeatureMap.*got Linear",
+        ),
     ],
 )
 def test_constructor_errors(kwargs: dict, exc: type, match: str) -> None:
@@ -391,3 +405,86 @@ def test_di_epoch_is_logged_when_the_epoch_ends_early(
     make_trainer(callbacks=[record], max_epochs=1, **limit).fit(model, _data())
     assert [len(s) for s in record.steps] == [2]
     np.testing.assert_allclose(record.epoch_values, [np.mean(record.steps[0])], rtol=1e-6)
+
+
+# ------------------------------------------------------------ user-defined maps
+class _CosineMap(KernelFeatureMap):
+    """Random Fourier features with trainable frequencies and phases."""
+
+    def __init__(self, in_features: int, out_features: int, seed: int = 0) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        g = torch.Generator().manual_seed(seed)
+        self.weight = nn.Parameter(torch.randn(in_features, out_features, generator=g))
+        self.phase = nn.Parameter(2 * torch.pi * torch.rand(out_features, generator=g))
+        self.seed = seed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (2.0 / self.out_features) ** 0.5 * torch.cos(x @ self.weight + self.phase)
+
+    def get_config(self) -> dict[str, object]:
+        return {"in_features": self.in_features, "out_features": self.out_features}
+
+
+class _RowsMap(_CosineMap):
+    """Asks for 7 training rows and keeps what it is given."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__(in_features, out_features)
+        self.received: list[torch.Tensor] = []
+
+    def data_rows_wanted(self) -> int:
+        return 7
+
+    def init_from_data(self, rows: torch.Tensor) -> None:
+        self.received.append(rows.detach().clone())
+
+
+class _DIEpochs(L.Callback):
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.values.append(float(trainer.callback_metrics["train/di_epoch"]))
+
+
+def test_a_user_defined_map_trains_with_di(make_trainer: Callable[..., L.Trainer]) -> None:
+    L.seed_everything(0)
+    dm = _data()
+    layer = _CosineMap(10, 24)
+    start = layer.weight.detach().clone()
+    model = KernelClassifier(layer, num_classes=4, objective="di", lr=0.05)
+    assert model.num_features == 24 and model.hparams["kernel_layer"]["init_args"] == {
+        "in_features": 10,
+        "out_features": 24,
+    }
+    record = _DIEpochs()
+    make_trainer(max_epochs=6, callbacks=[record]).fit(model, dm)
+    assert not torch.equal(layer.weight.detach(), start)  # trained by the DI gradient
+    assert len(record.values) == 6 and record.values[-1] > record.values[0] + 0.05
+    # The DI the model trains is the map's (the default: DI of its features).
+    x, y = next(iter(dm.train_dataloader()))
+    with torch.no_grad():
+        di = discriminant_information(layer(x), y, rho=model.hparams["rho"], num_classes=4)
+        assert torch.allclose(model._di(x, y), di)
+    assert _fitted_accuracy(make_trainer, model, dm) > 0.5  # chance: 0.25
+
+
+def test_a_map_that_wants_rows_gets_exactly_those_rows_once(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    dm = _data()
+    layer = _RowsMap(10, 12)
+    model = KernelClassifier(layer, num_classes=4, objective="ce", lr=0.05)
+    make_trainer(max_epochs=2).fit(model, dm)
+    assert len(layer.received) == 1 and bool(model.landmarks_initialised)
+    rows = layer.received[0]
+    train = torch.as_tensor(dm.train_features(), dtype=rows.dtype)
+    assert rows.shape == (7, 10)
+    # Each row is a training row (exactly, not a copy with round-off).
+    assert (rows[:, None, :] - train[None, :, :]).abs().amax(-1).min(1).values.max() == 0
+    make_trainer(max_epochs=3).fit(model, dm)  # done once: not asked again
+    assert len(layer.received) == 1
+    unset = KernelClassifier(_RowsMap(10, 12), num_classes=4, init_landmarks=False)
+    make_trainer(max_epochs=1).fit(unset, dm)
+    assert unset.kernel_layer.received == []

@@ -352,7 +352,7 @@ def test_di_checks_feature_values_without_a_pass_of_its_own() -> None:
     with Count() as count:
         discriminant_information(features, torch.arange(50) % 3)
     assert "aminmax" not in count.names and "isfinite" in count.names
-    from kernel_layers.training.deferred import DeferredChecks, deferred_checks
+    from kernel_layers.numerics.deferred import DeferredChecks, deferred_checks
 
     flags = DeferredChecks()  # deferred checks cannot read sums: the scan stays
     with Count() as count, deferred_checks(flags):

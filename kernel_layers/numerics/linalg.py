@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.precision import (
     DISTANCE_OVERFLOW,
     HALF_DTYPES,
@@ -29,7 +30,6 @@ from kernel_layers.numerics.precision import (
     sum_limit,
     upcast,
 )
-from kernel_layers.training.deferred import active_checks
 
 __all__ = [
     "CHOLESKY_JITTER",

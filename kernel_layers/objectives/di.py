@@ -20,11 +20,11 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_choice, check_int, check_matrix, check_positive
+from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.precision import SUM_OVERFLOW, sum_limit
 from kernel_layers.objectives.autograd import _DIFunction
 from kernel_layers.objectives.statistics import Sync, global_num_classes
 from kernel_layers.objectives.targets import encode_targets
-from kernel_layers.training.deferred import active_checks
 
 __all__ = ["DEFAULT_RHO", "FORMS", "DILoss", "check_rho", "discriminant_information"]
 

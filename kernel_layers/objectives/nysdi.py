@@ -9,6 +9,7 @@ from torch import Tensor
 from kernel_layers._validation import check_dtype, check_features, check_matrix, check_positive
 from kernel_layers.kernels import Kernel, get_kernel
 from kernel_layers.kernels.functions import gaussian_gram, gaussian_kernel
+from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.linalg import default_jitter
 from kernel_layers.numerics.precision import (
     DISTANCE_OVERFLOW,
@@ -21,7 +22,6 @@ from kernel_layers.objectives.autograd import _GaussianNysDIFunction, _NysDIFunc
 from kernel_layers.objectives.di import DEFAULT_RHO, check_rho
 from kernel_layers.objectives.statistics import Sync, global_num_classes
 from kernel_layers.objectives.targets import encode_targets
-from kernel_layers.training.deferred import active_checks
 
 __all__ = ["nystrom_discriminant_information"]
 

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from kernel_layers._validation import check_matrix
 from kernel_layers.numerics import precision
+from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.linalg import (
     cholesky_ex,
     gram_matrix,
@@ -30,7 +31,6 @@ from kernel_layers.objectives.statistics import (
     compute_moments,
     moment_sums,
 )
-from kernel_layers.training.deferred import active_checks
 
 __all__ = ["di_solve", "factor_scatter", "nysdi_solve", "solve_primal"]
 

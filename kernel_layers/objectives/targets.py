@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from kernel_layers._validation import check_finite, check_int
-from kernel_layers.training.deferred import active_checks
+from kernel_layers.numerics.deferred import active_checks
 
 __all__ = ["encode_targets"]
 

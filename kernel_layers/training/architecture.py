@@ -23,10 +23,22 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["TRUSTED_PREFIXES", "build_module", "describe_module", "is_spec"]
+__all__ = ["TRUSTED_PREFIXES", "build_module", "cli_config", "describe_module", "is_spec"]
 
 #: Modules a spec's class may be imported from; other classes must be imported already.
 TRUSTED_PREFIXES = ("kernel_layers.", "torch.nn.", "torchvision.models.")
+
+
+def cli_config() -> dict[str, Any]:
+    """The ``class_path`` / ``init_args`` configs LightningCLI is instantiating a model
+    from (empty outside the CLI): they rebuild modules that have no ``get_config()``,
+    such as a torchvision backbone."""
+    try:  # Lightning's context of CLI-given hyper-parameters (no public accessor)
+        from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+    except ImportError:  # pragma: no cover - another Lightning version
+        return {}
+    given = _given_hyperparameters.get()
+    return dict(given) if isinstance(given, Mapping) else {}
 
 
 def _class_path(module: nn.Module) -> str:

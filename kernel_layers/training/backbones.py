@@ -16,6 +16,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_bool, check_fraction, check_int
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.module import KernelClassifier
 
 __all__ = [
@@ -212,7 +213,7 @@ def strip_head(model: nn.Module, *, attr: str | None = None) -> tuple[nn.Module,
 
 def with_kernel_head(
     model: nn.Module,
-    kernel_layer: nn.Module,
+    kernel_layer: KernelFeatureMap,
     *,
     num_classes: int,
     attr: str | None = None,
@@ -239,9 +240,14 @@ def with_kernel_head(
     Raises:
         ValueError: the kernel layer's ``in_features`` differs from the head's.
     """
-    width = getattr(kernel_layer, "in_features", None)
+    if not isinstance(kernel_layer, KernelFeatureMap):
+        raise TypeError(
+            "with_kernel_head: argument 'kernel_layer' must be a KernelFeatureMap "
+            f"(NystromLayer, FourierLayer, ...), got {type(kernel_layer).__name__}"
+        )
+    width = kernel_layer.in_features
     _, parent_name, head = _find_head(model, attr)
-    if width is not None and width != head.in_features:
+    if width != head.in_features:
         raise ValueError(
             f"with_kernel_head: argument 'kernel_layer' must have in_features="
             f"{head.in_features} (the input width of the replaced head {parent_name!r}), "

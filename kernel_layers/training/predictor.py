@@ -9,13 +9,19 @@ the kernel layer and the read-out) in one plain :class:`torch.nn.Module`, which
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
+from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.data.scaling import InputScaling
+from kernel_layers.training.landmarks import rows_pending
 
-__all__ = ["Predictor"]
+if TYPE_CHECKING:
+    from kernel_layers.training.module import KernelClassifier
+
+__all__ = ["Predictor", "build_predictor"]
 
 
 class Predictor(nn.Module):
@@ -82,3 +88,46 @@ class Predictor(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         scores = self.scores(x)
         return torch.argmax(scores, dim=1), scores
+
+
+def build_predictor(
+    model: KernelClassifier, datamodule: object = None, dtype: torch.dtype | None = None
+) -> Predictor:
+    """The :class:`Predictor` of ``model`` (what :meth:`KernelClassifier.predictor
+    <kernel_layers.training.module.KernelClassifier.predictor>` returns).
+
+    Raises:
+        TypeError: ``datamodule`` is not an ``ArrayDataModule`` or ``None``.
+        ValueError: the data's feature count differs from the model's.
+        RuntimeError: the map still waits for its training rows, or the ridge read-out
+            needs a fit and no ``datamodule`` was given.
+    """
+    owner = f"{type(model).__name__}.predictor"
+    scaling = None
+    if datamodule is not None:
+        if not isinstance(datamodule, ArrayDataModule):
+            raise TypeError(
+                f"{owner}: argument 'datamodule' must be a kernel_layers.data "
+                f"ArrayDataModule or None, got {type(datamodule).__name__}"
+            )
+        model.check_data_sizes(datamodule)
+        scaling = datamodule.input_scaling().to(model.device)  # float64 kept
+    if rows_pending(model) > 0:
+        raise RuntimeError(
+            f"{owner}: the Nystrom landmarks were never initialised from the data "
+            "(init_landmarks); fit or test the model first"
+        )
+    readout: nn.Module | None = model.readout
+    if readout is None:
+        if model._head_needs_fit():
+            if datamodule is None:
+                raise RuntimeError(
+                    f"{owner}: the ridge read-out is not fitted on the current features; "
+                    "pass argument 'datamodule' (its training split refits it) or call "
+                    "refit_head(loader) first"
+                )
+            model.refit_head(datamodule.train_eval_dataloader())
+        readout = model.head
+    return Predictor(
+        model.kernel_layer, readout, backbone=model.backbone, scaling=scaling, dtype=dtype
+    )

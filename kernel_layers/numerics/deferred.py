@@ -1,0 +1,93 @@
+"""Deferred checks: failures recorded on the device and read by the host once.
+
+Every check of the library (finite inputs, label ranges, Cholesky success, a finite
+objective) normally reads a device value on the host, which on a GPU waits for the
+queued kernels: a synchronisation per check. Inside :func:`deferred_checks` the checks
+instead record a boolean tensor in a :class:`DeferredChecks`, computed on the device and
+not read; :meth:`DeferredChecks.first_failure` reads them all at once (one
+synchronisation), e.g. at the end of a training epoch
+(``KernelClassifier(check_every="epoch")``, read by
+:class:`kernel_layers.training.deferred.EpochChecks`). Torch only: the numerics and
+objectives record into it without importing the training package.
+
+What deferral gives up: a failure is reported when the flags are read, not at the
+step that caused it, and a Cholesky factorisation that fails is reported instead of
+retried with a growing jitter (the retry needs the host to see the failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+__all__ = ["DeferredChecks", "active_checks", "deferred_checks"]
+
+_ACTIVE: contextvars.ContextVar[DeferredChecks | None] = contextvars.ContextVar(
+    "kernel_layers_deferred_checks", default=None
+)
+
+
+class DeferredChecks:
+    """Failure flags kept on the device until :meth:`first_failure` reads them.
+
+    Each distinct ``(error type, message)`` holds one boolean scalar tensor, or-ed with
+    every later record of the same check, so memory stays constant over an epoch.
+    """
+
+    def __init__(self) -> None:
+        self._flags: dict[tuple[type[Exception], str], Tensor] = {}
+
+    def record(self, error: type[Exception], message: str, failed: Tensor) -> None:
+        """Add a check's outcome without reading it.
+
+        Args:
+            error: the exception type to report it with.
+            message: the message naming the argument, the expectation and the context.
+            failed (Tensor[]): ``True`` where the check failed (any shape with one
+                element, any device).
+        """
+        key = (error, message)
+        flag = failed.detach().reshape(()).to(torch.bool)
+        previous = self._flags.get(key)
+        self._flags[key] = flag if previous is None else previous | flag.to(previous.device)
+
+    def first_failure(self) -> Exception | None:
+        """Read every flag at once; the first failed check as an exception, or ``None``."""
+        if not self._flags:
+            return None
+        keys = list(self._flags)
+        device = self._flags[keys[0]].device
+        states = torch.stack([self._flags[key].to(device) for key in keys]).tolist()
+        for (error, message), failed in zip(keys, states, strict=True):
+            if failed:
+                return error(message)
+        return None
+
+    def reset(self) -> None:
+        """Forget every recorded check."""
+        self._flags.clear()
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+
+def active_checks() -> DeferredChecks | None:
+    """The :class:`DeferredChecks` that checks record into now, or ``None`` (checks
+    read their values at once)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def deferred_checks(checks: DeferredChecks) -> Iterator[DeferredChecks]:
+    """Within the block, the library's checks record into ``checks`` instead of reading
+    device values (no host synchronisation); read them with
+    :meth:`DeferredChecks.first_failure`."""
+    token = _ACTIVE.set(checks)
+    try:
+        yield checks
+    finally:
+        _ACTIVE.reset(token)

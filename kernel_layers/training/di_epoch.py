@@ -1,0 +1,86 @@
+"""The epoch's DI: running sums kept as buffers, and when the step values are logged.
+
+``train/di_epoch`` (the quantity :class:`~kernel_layers.callbacks.PlateauDecay` and
+:class:`~kernel_layers.callbacks.DISaturationStopping` watch) is the mean of the epoch's
+batch DIs weighted by their rows. Its running sums are buffers of the model
+(``di_epoch_sum``, ``di_epoch_rows``, ``di_epoch_index``), so a fit killed mid-epoch and
+resumed reports the same epoch mean (Lightning's own epoch aggregates restart from zero).
+:class:`EpochDILogging` logs the epoch's values once; the step values are logged only
+where the trainer writes them (each ``self.log`` costs host time: see
+benchmarks/epoch_overhead.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from kernel_layers.training.module import KernelClassifier
+
+__all__ = ["EpochDILogging", "add_batch", "epoch_ends_here", "epoch_mean", "logs_this_step"]
+
+
+@torch.no_grad()
+def add_batch(model: KernelClassifier, di: Tensor, rows: int) -> None:
+    """Add a batch's DI (``Tensor[]``) over ``rows`` rows to the epoch's running sums."""
+    if model.di_epoch_seen is None:  # one read per fit (the buffer may be resumed)
+        model.di_epoch_seen = int(model.di_epoch_index)
+    if model.di_epoch_seen != model.current_epoch:  # a new epoch: restart the sums
+        model.di_epoch_seen = model.current_epoch
+        model.di_epoch_index.fill_(model.current_epoch)
+        model.di_epoch_sum.zero_()
+        model.di_epoch_rows.zero_()
+    model.di_epoch_sum += di.detach().to(model.di_epoch_sum) * rows
+    model.di_epoch_rows += rows
+
+
+def epoch_mean(model: KernelClassifier) -> Tensor:
+    """The epoch's mean DI so far (``Tensor[]``, float64; 0 before any batch)."""
+    return model.di_epoch_sum / model.di_epoch_rows.clamp_min(1)
+
+
+def epoch_ends_here(trainer: Trainer, batch_idx: int) -> bool:
+    """Whether the training epoch ends after this batch (last batch, or a stop)."""
+    return (
+        trainer.should_stop
+        or not math.isfinite(trainer.num_training_batches)  # length unknown: every batch
+        or batch_idx + 1 >= trainer.num_training_batches
+        or 0 <= trainer.max_steps <= trainer.global_step
+    )
+
+
+def logs_this_step(model: KernelClassifier, batch_idx: int) -> bool:
+    """Whether the step's ``train/di`` is logged: on the steps whose values the trainer
+    writes to its logger (every ``log_every_n_steps``) and on the epoch's last batch (the
+    progress bar's final value)."""
+    if model._trainer is None:
+        return True
+    trainer = model.trainer
+    # Set by Lightning's logger connector (not a declared Trainer attribute).
+    every = max(int(getattr(trainer, "log_every_n_steps", 1)), 1)
+    return (model.global_step + 1) % every == 0 or epoch_ends_here(trainer, batch_idx)
+
+
+class EpochDILogging(Callback):
+    """Logs ``train/di_epoch`` on the epoch's last batch (before the callbacks' epoch end,
+    where ``PlateauDecay`` and ``DISaturationStopping`` read it) and
+    ``train/loss_epoch = -train/di_epoch`` at the epoch's end, once each."""
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        model = cast("KernelClassifier", pl_module)
+        if model.di_epoch_seen == model.current_epoch and epoch_ends_here(trainer, batch_idx):
+            model.log("train/di_epoch", epoch_mean(model).float(), on_step=True, on_epoch=False)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        model = cast("KernelClassifier", pl_module)
+        ran = int(model.di_epoch_index) == model.current_epoch and int(model.di_epoch_rows) > 0
+        if ran:
+            mean = epoch_mean(model).float()
+            model.log("train/loss_epoch", -mean, on_step=False, on_epoch=True)

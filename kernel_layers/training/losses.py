@@ -1,0 +1,94 @@
+"""The training losses of :class:`~kernel_layers.KernelClassifier`'s three objectives.
+
+* ``"di"``: ``-DI`` of the batch's features, as the map computes it (NysDI for
+  ``NystromLayer``), over the global batch under DDP;
+* ``"ls"``: the least-squares baseline against a closed-form ridge read-out refitted
+  once per epoch on the previous epoch's features (merged over processes), or against a
+  trained read-out with the group lasso;
+* ``"ce"``: cross-entropy of a trained linear read-out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor, nn
+
+from kernel_layers.objectives import DIStatistics, least_squares_loss, merge_statistics
+from kernel_layers.training import di_epoch
+
+if TYPE_CHECKING:
+    from kernel_layers.training.module import KernelClassifier
+
+__all__ = ["refit_ls_readout", "training_loss"]
+
+
+def _check_di_batch(model: KernelClassifier, rows: int) -> None:
+    j = model.num_features
+    if rows <= j:
+        raise ValueError(
+            f"{type(model).__name__}: the DI objective needs batches larger than the "
+            f"feature width J={j}, got a batch of {rows} rows (DI saturates when B <= J); "
+            f"set the data module's batch_size to at least {2 * j} (the paper uses "
+            "max(1000, 2J)) with drop_last=True"
+        )
+
+
+def training_loss(model: KernelClassifier, batch: Any, batch_idx: int) -> Tensor:
+    """The loss of ``batch`` (``(x Tensor[B, ...], y Tensor[B], ...)``) under the model's
+    objective (``Tensor[]``); logs ``train/di`` or ``train/loss``."""
+    x, y = batch[0], batch[1]
+    h = model.embed(x)
+    objective, classes = model.hparams["objective"], model.hparams["num_classes"]
+    world = model.trainer.world_size if model._trainer is not None else 1
+    if objective == "di":
+        _check_di_batch(model, h.shape[0] * world)
+        di = model._di(h, y)
+        if di_epoch.logs_this_step(model, batch_idx):
+            # The progress bar reads its values on the host (a synchronisation).
+            bar = model.guard.deferred is None
+            model.log(
+                "train/di",
+                di.detach(),
+                on_step=True,
+                on_epoch=False,
+                prog_bar=bar,
+                batch_size=len(y),
+            )
+        di_epoch.add_batch(model, di, len(y))
+        # DDP averages gradients over processes, but each process holds only its rows'
+        # share of dDI: scale so the average is the single-process gradient.
+        return -di * world
+    features, y = model.kernel_layer(h), y.long()
+    onehot = nn.functional.one_hot(y, classes).to(features.dtype)
+    if model.readout is not None and objective == "ls":  # group lasso: trained
+        loss = 0.5 * (model.readout(features) - onehot).square().sum(1).mean()
+    elif objective == "ls":
+        model.head.update(features.detach(), y)
+        weight, bias = model.head.weight.to(features.dtype), model.head.bias.to(features.dtype)
+        loss = least_squares_loss(features, onehot, weight, bias, rho=model.hparams["rho"])
+        loss = loss / len(y)
+    else:
+        assert model.readout is not None  # objective "ce" builds it
+        loss = nn.functional.cross_entropy(model.readout(features), y)
+    model.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y))
+    return loss
+
+
+def refit_ls_readout(model: KernelClassifier) -> None:
+    """The LS baseline's closed-form step at an epoch's end: the ridge read-out fitted
+    on the epoch's feature statistics (merged exactly over processes under DDP)."""
+    head = model.head
+    stats = head.statistics
+    if stats is None:
+        return
+    world = model.trainer.world_size
+    if world > 1:
+        gathered = [model.all_gather(field) for field in stats]  # each [W, ...]
+        merged = None
+        for rank in range(world):
+            part = DIStatistics(*(field[rank] for field in gathered))
+            merged = part if merged is None else merge_statistics(merged, part)
+        head.set_statistics(merged)
+    head.fit()
+    head.reset()

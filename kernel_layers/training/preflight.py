@@ -1,0 +1,183 @@
+"""Checks that fail before the first step: the model's arguments, the sizes of the data,
+layers and checkpoint, and whether the checkpoint directories can be written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch import Tensor, nn
+
+from kernel_layers._validation import check_choice
+from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.training.architecture import is_spec
+from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
+
+__all__ = [
+    "check_arguments",
+    "check_checkpoint_dirs",
+    "check_data_sizes",
+    "check_layer_recorded",
+    "check_state_shapes",
+    "use_atomic_checkpoints",
+]
+
+
+def check_state_shapes(owner: str, own: Mapping[str, Any], state_dict: Mapping[str, Any]) -> None:
+    """Raise if a checkpoint's tensors do not fit the model's (before loading them).
+
+    Args:
+        owner: the model's class name, for the message.
+        own: the model's ``state_dict()``.
+        state_dict: the checkpoint's ``state_dict``.
+
+    Raises:
+        ValueError: one message naming every mismatched parameter or buffer with the
+            checkpoint's and the model's shapes.
+    """
+    wrong = [
+        f"'{name}': checkpoint {list(value.shape)}, model {list(own[name].shape)}"
+        for name, value in state_dict.items()
+        if isinstance(value, Tensor)
+        and isinstance(own.get(name), Tensor)
+        and value.shape != own[name].shape
+    ]
+    if wrong:
+        raise ValueError(
+            f"{owner}: the checkpoint does not fit the model's layers: "
+            + "; ".join(wrong)
+            + " (build the model with the checkpoint's sizes, e.g. the kernel layer's "
+            "in_features / out_features, before loading it)"
+        )
+
+
+def check_data_sizes(
+    owner: str, layer: KernelFeatureMap, backbone: nn.Module | None, datamodule: object
+) -> None:
+    """Raise when the data and the layers disagree on a size.
+
+    Checked: the kernel map's ``in_features`` against the backbone's ``out_features``
+    (with a backbone) or the data module's ``in_features`` (without); the data module's
+    ``num_features`` (the ``J`` of its batch-size rule) against the map's
+    ``feature_width`` or ``out_features``.
+
+    Raises:
+        ValueError: naming both values.
+    """
+    if backbone is not None:
+        source, width = "the backbone's out_features", getattr(backbone, "out_features", None)
+    else:
+        source, width = "the data's in_features", getattr(datamodule, "in_features", None)
+    if isinstance(width, int) and layer.in_features != width:
+        raise ValueError(
+            f"{owner}: the kernel layer's in_features={layer.in_features} must equal "
+            f"{source}={width}; set in_features to {width}"
+        )
+    j = getattr(datamodule, "num_features", None)
+    if isinstance(j, int) and j not in (layer.feature_width, layer.out_features):
+        raise ValueError(
+            f"{owner}: the data's num_features={j} must equal the kernel layer's "
+            f"out_features={layer.feature_width} (J: it sets the batch size max(1000, 2 J)); "
+            "set J once, on the kernel layer"
+        )
+
+
+def use_atomic_checkpoints(trainer: Trainer) -> None:
+    """Write checkpoints atomically (:class:`AtomicCheckpointIO`) where the trainer has
+    Lightning's default checkpoint writer (same files)."""
+    strategy = trainer.strategy
+    if type(strategy.checkpoint_io) is TorchCheckpointIO:
+        strategy.checkpoint_io = AtomicCheckpointIO()
+
+
+def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
+    """Fail before the first step when a ``ModelCheckpoint`` cannot write its files.
+
+    Raises:
+        PermissionError: naming the directory and the reason.
+    """
+    for callback in trainer.checkpoint_callbacks:
+        dirpath = getattr(callback, "dirpath", None)
+        if not isinstance(callback, ModelCheckpoint) or not dirpath:
+            continue
+        probe = Path(dirpath) / f".kernel-layers-write-test-{os.getpid()}"
+        try:
+            Path(dirpath).mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            raise PermissionError(
+                f"{owner}: ModelCheckpoint's dirpath '{dirpath}' must be a writable "
+                f"directory, got {type(err).__name__}: {err.strerror or err}; choose "
+                "another dirpath before training (no epoch is lost this way)"
+            ) from err
+
+
+def check_layer_recorded(owner: str, checkpoint_path: object, hparams: Mapping[str, Any]) -> None:
+    """Raise unless a checkpoint's hyper-parameters record its kernel layer.
+
+    Raises:
+        ValueError: the checkpoint was written by kernel-layers < 0.2; the message names
+            the argument to pass.
+    """
+    if not is_spec(hparams.get("kernel_layer")):
+        raise ValueError(
+            f"{owner}: argument 'kernel_layer' must be passed to load_from_checkpoint for "
+            f"{str(checkpoint_path)!r}: the checkpoint does not record its kernel layer "
+            "(written by kernel-layers < 0.2); pass kernel_layer=NystromLayer(...) / "
+            "FourierLayer(...) with the settings it was trained with (and backbone=... if "
+            "it had one)"
+        )
+
+
+def check_arguments(
+    owner: str,
+    kernel_layer: object,
+    backbone: object,
+    *,
+    objective: str,
+    group_lasso: float,
+    objectives: tuple[str, ...],
+    check_every: str,
+    check_every_choices: tuple[str, ...],
+) -> None:
+    """The argument checks of :class:`~kernel_layers.KernelClassifier` that involve more
+    than one value (the map's type, the group lasso's needs).
+
+    Raises:
+        TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
+            not an ``nn.Module`` or ``None``.
+        ValueError: an objective or ``check_every`` not among the choices, or a group
+            lasso without a trained read-out or without feature blocks.
+    """
+    if not isinstance(kernel_layer, KernelFeatureMap):
+        raise TypeError(
+            f"{owner}: argument 'kernel_layer' must be a KernelFeatureMap (NystromLayer, "
+            "FourierLayer, FastfoodLayer, EnsembleNystrom, or a subclass of "
+            "kernel_layers.layers.base.KernelFeatureMap with in_features, out_features, "
+            f"forward and get_config), got {type(kernel_layer).__name__}"
+        )
+    if backbone is not None and not isinstance(backbone, nn.Module):
+        raise TypeError(
+            f"{owner}: argument 'backbone' must be an nn.Module or None, "
+            f"got {type(backbone).__name__}"
+        )
+    check_choice(owner, "objective", objective, objectives)
+    check_choice(owner, "check_every", check_every, check_every_choices)
+    if group_lasso > 0 and objective not in ("ce", "ls"):
+        raise ValueError(
+            f"{owner}: argument 'group_lasso' needs objective 'ce' or 'ls' (a trained "
+            f"read-out to sparsify), got group_lasso={group_lasso} with {objective!r}"
+        )
+    blocks = len(kernel_layer.feature_blocks)
+    if group_lasso > 0 and blocks < 2:
+        raise ValueError(
+            f"{owner}: argument 'group_lasso' needs a kernel layer with feature blocks, "
+            "e.g. FourierLayer(..., ard=True, blocks=..., separable=True), got "
+            f"{type(kernel_layer).__name__} with {blocks} block(s)"
+        )

@@ -1,0 +1,112 @@
+"""Whether a closed-form read-out is still current: staleness tracking of its features.
+
+The DI objective trains no read-out by gradient: a ridge classifier is fitted on the
+features in one pass over the training data. :class:`ReadoutTracker` remembers which
+parameter versions it was fitted on, so that an optimiser step, new landmarks or a
+loaded state make it stale; the flag :data:`HEAD_CURRENT_KEY` carries that through a
+checkpoint. :class:`ReadoutRefit` refits the read-out whenever validation runs, at the
+end of fit, and before testing or predicting when it is not current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import nn
+
+from kernel_layers.training.landmarks import init_map_from_data
+
+if TYPE_CHECKING:
+    from kernel_layers.training.module import KernelClassifier
+
+__all__ = [
+    "HEAD_CURRENT_KEY",
+    "ReadoutRefit",
+    "ReadoutTracker",
+    "feature_state",
+    "train_eval_batches",
+]
+
+#: Checkpoint key: whether the saved ridge read-out was fitted on the saved features.
+HEAD_CURRENT_KEY = "kernel_layers_head_current"
+
+
+def feature_state(modules: Iterable[nn.Module]) -> tuple[tuple[int, int], ...]:
+    """Identity and version of every tensor of ``modules``: any in-place change (an
+    optimiser step, new landmarks, a loaded state) changes it."""
+    return tuple(
+        (id(t), t._version)
+        for m in modules
+        for t in (*m.parameters(), *m.buffers())
+        if not t.is_inference()  # caches made under inference mode carry no version
+    )
+
+
+class ReadoutTracker:
+    """The :func:`feature_state` a read-out was last fitted on (in this process)."""
+
+    def __init__(self) -> None:
+        self.fitted_on: tuple[tuple[int, int], ...] | None = None
+
+    def mark_fitted(self, modules: Iterable[nn.Module]) -> None:
+        """The read-out was just fitted on the features of ``modules``."""
+        self.fitted_on = feature_state(modules)
+
+    def stale(self, modules: Iterable[nn.Module]) -> bool:
+        """Whether it was fitted in this process on other features than the current ones."""
+        return self.fitted_on not in (None, feature_state(modules))
+
+    def current(self, modules: Iterable[nn.Module]) -> bool:
+        """Whether it was fitted in this process on exactly the current features."""
+        return self.fitted_on == feature_state(modules)
+
+
+def train_eval_batches(trainer: Trainer, owner: str) -> Iterable[Any]:
+    """Every training row once: the data module's ``train_eval_dataloader`` if it has
+    one, else the training loader of the running fit.
+
+    Raises:
+        RuntimeError: neither is there.
+    """
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and hasattr(datamodule, "train_eval_dataloader"):
+        return datamodule.train_eval_dataloader()
+    if trainer.train_dataloader is not None:
+        return trainer.train_dataloader
+    raise RuntimeError(
+        f"{owner}: fitting the ridge read-out needs the training data; pass a data module "
+        "with train_eval_dataloader() (every kernel_layers.data module has one) or call "
+        "refit_head(loader) first"
+    )
+
+
+class ReadoutRefit(Callback):
+    """Refits the closed-form ridge read-out of a ``KernelClassifier`` (DI objective)
+    whenever validation runs and at the end of fit; before testing or predicting, sets
+    the map up from the data (an untrained baseline) and refits a read-out that was
+    never fitted or is stale (one restored from a checkpoint is trusted)."""
+
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        model = cast("KernelClassifier", pl_module)
+        if model.refits_head and not trainer.sanity_checking:
+            init_map_from_data(model)  # validate() of a model that was never fitted
+            model.refit_head()
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        model = cast("KernelClassifier", pl_module)
+        if model.refits_head:
+            model.refit_head()
+
+    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._ensure_head(cast("KernelClassifier", pl_module))
+
+    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._ensure_head(cast("KernelClassifier", pl_module))
+
+    @staticmethod
+    def _ensure_head(model: KernelClassifier) -> None:
+        init_map_from_data(model)
+        if model.readout is None and model._head_needs_fit():
+            model.refit_head()
