@@ -1,4 +1,5 @@
-"""FastfoodLayer: Hadamard transform, kernel convergence, gradients, DI training, export."""
+"""FastfoodLayer: the shared layer contract, Hadamard transform, kernel convergence,
+gradients, DI training, export."""
 
 from __future__ import annotations
 
@@ -9,11 +10,23 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
 from scipy.linalg import hadamard
 
 from kernel_layers import FastfoodLayer, KernelClassifier
 from kernel_layers.data import DigitsDataModule
 from kernel_layers.layers.fastfood import hadamard_transform
+
+
+class TestFastfoodContract(LayerContract):
+    takes_kernel = False
+
+    def make_layer(self, **kwargs: object) -> FastfoodLayer:
+        args = {"in_features": IN_FEATURES, "out_features": OUT_FEATURES, "gamma": 0.5}
+        args |= {"seed": 0, **kwargs}
+        if "generator" in kwargs and "seed" not in kwargs:
+            args.pop("seed")
+        return FastfoodLayer(args.pop("in_features"), args.pop("out_features"), **args)
 
 
 @pytest.mark.parametrize("n", [1, 2, 8, 64])
