@@ -162,6 +162,11 @@ class Bandwidths(nn.Module):
         sigma = upcast(self.log_bandwidth).exp()
         return sigma if self.block_index is None else sigma[self.block_index]
 
+    def _scale_inputs(self, t: Tensor) -> Tensor:
+        """``t (Tensor[..., D])`` times each dimension's bandwidth (``ard``), else ``t``."""
+        sigma = self.input_bandwidth
+        return t if sigma is None else t * sigma.to(t.dtype)
+
     def _ard_config(self) -> dict[str, object]:
         """``ard`` and ``blocks`` as constructor arguments (primitives)."""
         return {

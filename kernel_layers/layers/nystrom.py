@@ -34,11 +34,7 @@ from kernel_layers.numerics.linalg import (
     robust_cholesky,
     upcast,
 )
-from kernel_layers.objectives import (
-    DEFAULT_RHO,
-    discriminant_information,
-    nystrom_discriminant_information,
-)
+from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
 
 __all__ = ["EIGEN_RTOL", "INITS", "NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
 
@@ -231,11 +227,6 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         """Relative diagonal jitter of ``K_Z``."""
         return self._jitter if self._jitter is not None else default_jitter(self.landmarks.dtype)
 
-    def _scaled(self, t: Tensor) -> Tensor:
-        """``t (Tensor[..., D])`` times each dimension's bandwidth (``ard``), else ``t``."""
-        sigma = self.input_bandwidth
-        return t if sigma is None else t * sigma.to(t.dtype)
-
     def data_rows_wanted(self) -> int:
         """``out_features`` training rows to draw the landmarks from, unless the
         landmarks were given (``landmarks=`` or :meth:`from_data`)."""
@@ -286,8 +277,8 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         """
         spec = self.kernel_spec
         spec.validate_input(type(self).__name__, "x", x)
-        landmarks = self._scaled(upcast(self.landmarks))
-        g = spec.matrix(self._scaled(x), landmarks, self.gamma)
+        landmarks = self._scale_inputs(upcast(self.landmarks))
+        g = spec.matrix(self._scale_inputs(x), landmarks, self.gamma)
         return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
 
     def projection(self) -> Tensor:
@@ -299,7 +290,7 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         Returns:
             Tensor[n, n] (``Tensor[n, rank]`` with truncation): ``P`` in float64.
         """
-        landmarks = self._scaled(upcast(self.landmarks))
+        landmarks = self._scale_inputs(upcast(self.landmarks))
         k_z = landmark_gram(landmarks, self.kernel_spec, self.gamma, self.jitter)
         if self.rank is not None:
             return rank_k_map(k_z, self.rank)
@@ -342,7 +333,7 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
                 spec = self.kernel_spec
                 spec.validate_input(owner, "x", flat)
                 g = spec.matrix(
-                    self._scaled(flat), self._scaled(upcast(self.landmarks)), self.gamma
+                    self._scale_inputs(flat), self._scale_inputs(upcast(self.landmarks)), self.gamma
                 )
                 features = g @ self._cached_projection().to(g.dtype)
             else:
@@ -363,25 +354,14 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         num_classes: int | None = None,
         sync_dist: bool = False,
     ) -> Tensor:
-        """DI of this layer's features of ``x``: NysDI (eq. 10 of the DI paper), or with
-        rank-k truncation the DI of the ``rank`` features.
-
-        The layer states how its DI is computed (``KernelClassifier`` asks it): from the
-        inputs and landmarks, without forming the features.
-
-        Args:
-            x (Tensor[B, D]): inputs of the layer.
-            targets (Tensor[B] | Tensor[B, L]): labels or a target matrix.
-            rho: ridge parameter ``> 0``.
-            num_classes: number of classes ``L`` for int labels.
-            sync_dist: all-reduce the sufficient statistics (exact DI under DDP).
-
-        Returns:
-            Tensor[]: the DI of the (global) batch.
+        """DI of this layer's features of ``x`` (arguments as
+        :meth:`KernelFeatureMap.discriminant_information`): NysDI (eq. 10 of the DI
+        paper), computed from the inputs and landmarks without forming the features; with
+        rank-k truncation, the DI of the ``rank`` features.
         """
         if self.rank is not None:  # NysDI is the full map's DI: use the rank-k features
-            return discriminant_information(
-                self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
+            return super().discriminant_information(
+                x, targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
             )
         return nystrom_discriminant_information(
             x,
