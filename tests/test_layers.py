@@ -1,4 +1,5 @@
-"""FourierLayer and NystromLayer: the shared contract plus each layer's approximation guarantees."""
+"""FourierLayer and NystromLayer: the shared contract plus each layer's approximation
+guarantees; the KernelFeatureMap base with a user-defined map."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import numpy as np
 import pytest
 import references as ref
 import torch
-from layer_contract import IN_FEATURES, OUT_FEATURES, LayerContract
+from layer_contract import IN_FEATURES, OUT_FEATURES, FeatureMapContract, LayerContract
 from sklearn.datasets import load_digits
+from torch import Tensor
 
-from kernel_layers import FourierLayer, NystromLayer
+from kernel_layers import FourierLayer, NystromLayer, discriminant_information
 from kernel_layers.kernels import get_kernel
+from kernel_layers.layers.ard import Bandwidths
+from kernel_layers.layers.base import KernelFeatureMap
 
 
 def _build(cls: type, kwargs: dict) -> torch.nn.Module:
@@ -33,6 +37,115 @@ class TestFourierContract(LayerContract):
 class TestNystromContract(LayerContract):
     def make_layer(self, **kwargs: object) -> torch.nn.Module:
         return _build(NystromLayer, kwargs)
+
+
+# --- the KernelFeatureMap base, with a map a user writes -------------------------------
+
+
+class RandomCosineMap(KernelFeatureMap):
+    """A fixed random-feature map ``sqrt(2/J) cos(x W + b)`` in a few lines."""
+
+    def __init__(self, in_features: int, out_features: int, *, seed: int = 0) -> None:
+        super().__init__(in_features, out_features)
+        gen = torch.Generator().manual_seed(seed)
+        self.register_buffer("w", torch.randn(in_features, out_features, generator=gen))
+        self.register_buffer("b", torch.rand(out_features, generator=gen) * 2 * math.pi)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return math.sqrt(2 / self.out_features) * torch.cos(x @ self.w + self.b)
+
+    def get_config(self) -> dict[str, object]:
+        return self.base_config()
+
+
+class TestUserDefinedMapContract(FeatureMapContract):
+    def make_layer(self, **kwargs: object) -> KernelFeatureMap:
+        seed = kwargs.get("seed", 0)
+        assert isinstance(seed, int)
+        return RandomCosineMap(IN_FEATURES, OUT_FEATURES, seed=seed)
+
+
+@pytest.mark.parametrize(
+    ("args", "exc", "match"),
+    [
+        (
+            (0, 3),
+            ValueError,
+            r"RandomCosineMap: argument 'in_features' must be an integer >= 1, got 0",
+        ),
+        (
+            (2.5, 3),
+            TypeError,
+            r"RandomCosineMap: argument 'in_features' must be an integer >= 1, got 2.5",
+        ),
+        (
+            (True, 3),
+            TypeError,
+            r"RandomCosineMap: argument 'in_features' must be an integer >= 1, got True",
+        ),
+        (
+            (3, -2),
+            ValueError,
+            r"RandomCosineMap: argument 'out_features' must be an integer >= 1, got -2",
+        ),
+        (
+            (3, "4"),
+            TypeError,
+            r"RandomCosineMap: argument 'out_features' must be an integer >= 1, got '4'",
+        ),
+    ],
+)
+def test_base_refuses_bad_sizes(args: tuple, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        RandomCosineMap(*args)
+
+
+def test_base_defaults() -> None:
+    layer = RandomCosineMap(3, 4)
+    assert repr(layer) == "RandomCosineMap(in_features=3, out_features=4)"
+    assert layer.get_config() == {"in_features": 3, "out_features": 4}
+    assert (layer.feature_width, layer.feature_blocks) == (4, [range(4)])
+    assert layer.data_rows_wanted() == 0
+    layer.init_from_data(torch.rand(2, 3))  # the default does nothing
+    x, y = torch.rand(30, 3, dtype=torch.float64), torch.arange(30) % 2
+    layer = layer.double()
+    torch.testing.assert_close(
+        layer.discriminant_information(x, y, rho=0.5),
+        discriminant_information(layer(x), y, rho=0.5),
+    )
+
+
+def test_base_is_abstract() -> None:
+    class NoForward(KernelFeatureMap):
+        def get_config(self) -> dict[str, object]:
+            return self.base_config()
+
+    with pytest.raises(TypeError, match=r"abstract .*forward"):
+        NoForward(3, 4)  # type: ignore[abstract]
+
+
+@pytest.mark.parametrize("cls", [NystromLayer, FourierLayer])
+def test_ard_is_written_once(cls: type) -> None:
+    """Both maps take their bandwidths from the one mixin: same checks, same parameter."""
+    assert issubclass(cls, Bandwidths)
+    layer = cls(4, 6, ard=True, blocks=[[0, 2], [1, 3]], seed=0, dtype=torch.float64)
+    assert layer.log_bandwidth is not None and layer.log_bandwidth.shape == (2,)
+    with torch.no_grad():
+        layer.log_bandwidth.copy_(torch.tensor([0.5, -1.0]))
+    sigma = torch.tensor([0.5, -1.0, 0.5, -1.0], dtype=torch.float64).exp()
+    torch.testing.assert_close(layer.input_bandwidth, sigma)
+    assert layer.get_config()["blocks"] == [[0, 2], [1, 3]]
+    assert "ard=True, blocks=[[0, 2], [1, 3]]" in repr(layer)
+    name = cls.__name__
+    with pytest.raises(ValueError, match=rf"{name}: argument 'blocks' must be None when ard=False"):
+        cls(4, 6, blocks=[2, 2])
+    with pytest.raises(
+        ValueError, match=rf"{name}: argument 'blocks' must be .* got sizes \[1, 2\]"
+    ):
+        cls(4, 6, ard=True, blocks=[1, 2])
+    with pytest.raises(TypeError, match=rf"{name}: argument 'ard' must be a bool, got 1"):
+        cls(4, 6, ard=1)
+    assert cls(4, 6, seed=0).input_bandwidth is None
 
 
 # --- FourierLayer ---------------------------------------------------------------------

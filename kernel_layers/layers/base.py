@@ -10,9 +10,11 @@ derives from it trains in ``KernelClassifier`` like the library's own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NoReturn
 
 from torch import Tensor, nn
 
+from kernel_layers._validation import check_int, raise_not_scriptable
 from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["KernelFeatureMap"]
@@ -21,18 +23,46 @@ __all__ = ["KernelFeatureMap"]
 class KernelFeatureMap(nn.Module, ABC):
     """Abstract base of the kernel feature maps.
 
-    Subclasses set ``in_features`` and ``out_features`` in ``__init__`` and implement
-    :meth:`forward` and :meth:`get_config`. The rest has defaults that a map overrides
-    where it knows better (``NystromLayer`` computes its DI from the landmarks, without
-    forming the features; it also asks for training rows to draw its landmarks from).
+    A subclass calls ``super().__init__(in_features, out_features)`` (which validates
+    both) and implements :meth:`forward` and :meth:`get_config`. The rest has defaults
+    that a map overrides where it knows better: ``NystromLayer`` computes its DI from
+    the landmarks without forming the features, and asks for training rows to draw its
+    landmarks from.
+
+    A minimal map::
+
+        class CosineMap(KernelFeatureMap):
+            def __init__(self, in_features: int, out_features: int) -> None:
+                super().__init__(in_features, out_features)
+                self.register_buffer("w", torch.randn(in_features, out_features))
+
+            def forward(self, x):
+                return torch.cos(x @ self.w)
+
+            def get_config(self):
+                return self.base_config()
+
+    Args:
+        in_features: ``D``, the width of the inputs (an integer ``>= 1``).
+        out_features: ``J``, the map's size (landmarks, frequencies; an integer ``>= 1``).
 
     Attributes:
-        in_features (int): ``D``, the width of the inputs.
-        out_features (int): ``J``, the map's size (landmarks, frequencies).
+        in_features (int): ``D``.
+        out_features (int): ``J``.
+
+    Raises:
+        TypeError: ``in_features`` or ``out_features`` is not an integer.
+        ValueError: ``in_features`` or ``out_features`` is below 1.
     """
 
     in_features: int
     out_features: int
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.in_features = check_int(owner, "in_features", in_features)
+        self.out_features = check_int(owner, "out_features", out_features)
 
     @abstractmethod
     def forward(self, x: Tensor) -> Tensor:
@@ -47,8 +77,18 @@ class KernelFeatureMap(nn.Module, ABC):
 
     @abstractmethod
     def get_config(self) -> dict[str, object]:
-        """Constructor settings as primitives (the learnt tensors come from the state
-        dict): ``type(self)(**self.get_config())`` builds a map of the same shape."""
+        """Constructor settings as primitives; the learnt and drawn tensors come from
+        the state dict.
+
+        Convention: ``type(self)(**self.get_config())`` builds a map of the same shape,
+        whose ``load_state_dict(self.state_dict())`` then reproduces this map's
+        features. Start from :meth:`base_config` and add the map's own settings; seeds,
+        generators, devices and dtypes are not settings (the state dict carries them).
+        """
+
+    def base_config(self) -> dict[str, object]:
+        """``{"in_features": D, "out_features": J}``, the start of :meth:`get_config`."""
+        return {"in_features": self.in_features, "out_features": self.out_features}
 
     @property
     def feature_width(self) -> int:
@@ -101,4 +141,10 @@ class KernelFeatureMap(nn.Module, ABC):
         )
 
     def extra_repr(self) -> str:
+        """``in_features=D, out_features=J``; maps append their own settings."""
         return f"in_features={self.in_features}, out_features={self.out_features}"
+
+    def __prepare_scriptable__(self) -> NoReturn:
+        """Refuse ``torch.jit.script`` (the maps validate and dispatch in Python),
+        naming the routes that work; a scriptable subclass may override this."""
+        raise_not_scriptable(type(self).__name__)

@@ -11,8 +11,9 @@ from torch import Tensor, nn
 
 from kernel_layers._random import make_generator
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
-from kernel_layers.kernels import Kernel, get_kernel, registered_name
+from kernel_layers.kernels import Kernel
 from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.layers.kernel_choice import KernelChoice
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.selection.landmarks import random_landmarks
 
@@ -32,7 +33,7 @@ def split_sizes(total: int, num_maps: int) -> list[int]:
     return [base + (i < extra) for i in range(num_maps)]
 
 
-class EnsembleNystrom(KernelFeatureMap):
+class EnsembleNystrom(KernelChoice, KernelFeatureMap):
     r"""Ensemble Nystrom features: ``phi(x) = [sqrt(w_1) phi_1(x), ..., sqrt(w_m) phi_m(x)]``.
 
     Each ``phi_i`` is a :class:`~kernel_layers.NystromLayer` on its own landmarks
@@ -100,16 +101,13 @@ class EnsembleNystrom(KernelFeatureMap):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
         owner = type(self).__name__
-        self.in_features = check_int(owner, "in_features", in_features)
-        self.sizes = _check_sizes(owner, out_features, num_maps)
-        self.out_features = sum(self.sizes)
-        self.num_maps = len(self.sizes)
-        self.gamma = check_positive(owner, "gamma", gamma)
-        spec = get_kernel(kernel, owner=owner)
-        self.kernel = spec.name
-        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
+        check_int(owner, "in_features", in_features)
+        sizes = _check_sizes(owner, out_features, num_maps)
+        super().__init__(in_features, sum(sizes))
+        self.sizes = sizes
+        self.num_maps = len(sizes)
+        self._set_kernel(kernel, gamma, kernel_params)
         if jitter is not None:
             check_positive(owner, "jitter", jitter)
         gen = make_generator(seed, generator, owner=owner) if landmarks is None else None
@@ -137,11 +135,9 @@ class EnsembleNystrom(KernelFeatureMap):
         """Constructor settings as primitives (landmarks and weights: the state dict)."""
         first = self.maps[0]
         return {
-            "in_features": self.in_features,
+            **self.base_config(),
             "out_features": list(self.sizes),
-            "kernel": registered_name(type(self).__name__, self.kernel),
-            "gamma": self.gamma,
-            "kernel_params": dict(self.kernel_params),
+            **self._kernel_config(),
             "trainable": first.landmarks.requires_grad,
             "jitter": first._jitter,
         }
@@ -193,13 +189,9 @@ class EnsembleNystrom(KernelFeatureMap):
 
     def extra_repr(self) -> str:
         weights = [round(float(w), 6) for w in self.weights]
-        text = (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"num_maps={self.num_maps}, sizes={self.sizes}, weights={weights}, "
-            f"kernel={self.kernel!r}, gamma={self.gamma}"
-        )
-        if self.kernel_params:
-            text += f", kernel_params={self.kernel_params}"
+        text = super().extra_repr()
+        text += f", num_maps={self.num_maps}, sizes={self.sizes}, weights={weights}"
+        text += self._kernel_repr()
         trainable = any(p.requires_grad for p in self.parameters())
         return text + f", trainable={trainable}"
 

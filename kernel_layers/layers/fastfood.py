@@ -18,7 +18,6 @@ Fastfood as the next map to train): the diagonals ``G`` and ``log S`` and the ph
 from __future__ import annotations
 
 import math
-from typing import NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -29,13 +28,10 @@ from kernel_layers._validation import (
     check_device,
     check_dtype,
     check_features,
-    check_int,
     check_positive,
-    raise_not_scriptable,
 )
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.numerics.linalg import autocast_off, distance_limit, upcast
-from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["FastfoodLayer", "hadamard_transform"]
 
@@ -104,10 +100,8 @@ class FastfoodLayer(KernelFeatureMap):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(in_features, out_features)
         owner = type(self).__name__
-        self.in_features = check_int(owner, "in_features", in_features)
-        self.out_features = check_int(owner, "out_features", out_features)
         self.gamma = check_positive(owner, "gamma", gamma)
         self.trainable = check_bool(owner, "trainable", trainable)
         self.padded = 1 << (self.in_features - 1).bit_length()  # d' = a power of two
@@ -167,35 +161,12 @@ class FastfoodLayer(KernelFeatureMap):
             out = torch.cos(phase) * math.sqrt(2.0 / self.out_features)
         return out.reshape(*x.shape[:-1], self.out_features)
 
-    def discriminant_information(
-        self,
-        x: Tensor,
-        targets: Tensor,
-        *,
-        rho: float = DEFAULT_RHO,
-        num_classes: int | None = None,
-        sync_dist: bool = False,
-    ) -> Tensor:
-        """DI of this layer's features of ``x`` (as :class:`~kernel_layers.FourierLayer`)."""
-        return discriminant_information(
-            self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
-        )
-
     def get_config(self) -> dict[str, object]:
         """Constructor settings as primitives (the draws come from the state dict)."""
-        return {
-            "in_features": self.in_features,
-            "out_features": self.out_features,
-            "gamma": self.gamma,
-            "trainable": self.trainable,
-        }
-
-    def __prepare_scriptable__(self) -> NoReturn:
-        raise_not_scriptable(type(self).__name__)
+        return {**self.base_config(), "gamma": self.gamma, "trainable": self.trainable}
 
     def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"gamma={self.gamma}, blocks={self.num_blocks} x {self.padded}, "
+        return super().extra_repr() + (
+            f", gamma={self.gamma}, blocks={self.num_blocks} x {self.padded}, "
             f"trainable={self.trainable}"
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -17,20 +16,17 @@ from kernel_layers._validation import (
     check_device,
     check_dtype,
     check_features,
-    check_int,
-    check_positive,
-    raise_not_scriptable,
 )
-from kernel_layers.kernels import Kernel, get_kernel, registered_name, spectral_quantiles
+from kernel_layers.kernels import Kernel, spectral_quantiles
+from kernel_layers.layers.ard import Bandwidths
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.layers.blocks import block_index, check_blocks
+from kernel_layers.layers.kernel_choice import KernelChoice
 from kernel_layers.numerics.linalg import (
     autocast_off,
     distance_limit,
     refuse_double_backward,
     upcast,
 )
-from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
 
@@ -49,9 +45,7 @@ class _CosineFeatures(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, w: Tensor, b: Tensor, scale: float) -> Tensor:
-        # The phase added in place after the product rather than by ``addmm``, which
-        # first broadcasts ``b`` into its output and then reads it back (a DI step at
-        # (1000, 54, 500) 0.3 ms faster, at (2000, 784, 1000) 0.7 ms; benchmarks/README.md).
+        # The phase added in place rather than by ``addmm`` (see benchmarks/di_step.py).
         h = torch.mm(x, w).add_(b)
         ctx.save_for_backward(x, w, h)
         ctx.scale = scale
@@ -105,7 +99,7 @@ def cossin_features(x: Tensor, frequencies: Tensor) -> Tensor:
     )
 
 
-class FourierLayer(KernelFeatureMap):
+class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
     r"""Random Fourier features ``phi(x) = sqrt(2/J) cos(x W + b)`` with learnable ``W, b``.
 
     For a shift-invariant kernel with spectral law ``p``, drawing ``W[:, j] ~ p`` and
@@ -181,7 +175,6 @@ class FourierLayer(KernelFeatureMap):
         x (Tensor[..., D]) -> Tensor[..., J].
     """
 
-    block_index: Tensor | None
     block_mask: Tensor | None
 
     def __init__(
@@ -203,15 +196,9 @@ class FourierLayer(KernelFeatureMap):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(in_features, out_features)
         owner = type(self).__name__
-        self.in_features = check_int(owner, "in_features", in_features)
-        self.out_features = check_int(owner, "out_features", out_features)
-        self.gamma = check_positive(owner, "gamma", gamma)
-        spec = get_kernel(kernel, owner=owner, spectral=True)
-        self.kernel = spec.name
-        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
-        self._kernel = spec.bind(self.kernel_params, owner=owner)
+        spec = self._set_kernel(kernel, gamma, kernel_params, spectral=True)
         check_choice(owner, "features", features, FEATURE_MAPS)
         if features == "cossin" and self.out_features % 2:
             raise ValueError(
@@ -220,13 +207,7 @@ class FourierLayer(KernelFeatureMap):
             )
         self.features = features
         self.trainable = bool(trainable)
-        self.ard = check_bool(owner, "ard", ard)
-        if blocks is not None and not ard:
-            raise ValueError(
-                f"{owner}: argument 'blocks' must be None when ard=False (one bandwidth "
-                f"per block needs ard=True), got {blocks!r}"
-            )
-        self.blocks = None if blocks is None else check_blocks(owner, blocks, self.in_features)
+        self._check_ard(ard, blocks)
         self.separable = check_bool(owner, "separable", separable)
         if separable and (self.blocks is None or features != "cos"):
             raise ValueError(
@@ -265,26 +246,20 @@ class FourierLayer(KernelFeatureMap):
                 f"{owner}: argument 'gamma' must keep the phases x W of inputs in [0, 1] "
                 f"finite in {dtype}, got gamma={self.gamma:g} (frequency scale {scale:.3g})"
             )
+        self._init_bandwidths(math.log(scale), trainable=self.trainable, dtype=dtype, device=device)
         if ard:
-            num_blocks = self.in_features if self.blocks is None else len(self.blocks)
-            log_bandwidth = torch.full((num_blocks,), math.log(scale), dtype=torch.float64)
-            self.log_bandwidth = nn.Parameter(
-                log_bandwidth.to(dtype=dtype, device=device), requires_grad=self.trainable
-            )
             base = base.to(dtype=dtype, device=device)
             if trainable_frequencies:
                 self.base_frequencies = nn.Parameter(base)
             else:
                 self.register_buffer("base_frequencies", base)
-            index = block_index(self.blocks, self.in_features, device)
-            self.register_buffer("block_index", index, persistent=False)
             mask = None
-            if self.separable and index is not None:  # block k's dims -> block k's features
+            if self.separable and self.block_index is not None:  # block k's dims -> features
                 owner_of = torch.repeat_interleave(
                     torch.arange(len(self.feature_blocks)),
                     torch.tensor([len(r) for r in self.feature_blocks]),
                 ).to(device)
-                mask = (index[:, None] == owner_of[None, :]).to(dtype)
+                mask = (self.block_index[:, None] == owner_of[None, :]).to(dtype)
             self.register_buffer("block_mask", mask, persistent=False)
         else:
             self.register_parameter(
@@ -311,8 +286,9 @@ class FourierLayer(KernelFeatureMap):
             frequencies = params["frequencies"]
             assert frequencies is not None
             return frequencies
-        if "log_bandwidth" in params:
-            scaled = self.input_bandwidth[:, None] * self.base_frequencies
+        sigma = self.input_bandwidth
+        if sigma is not None:
+            scaled = sigma.to(self.base_frequencies.dtype)[:, None] * self.base_frequencies
             return scaled if self.block_mask is None else scaled * self.block_mask
         raise AttributeError("frequencies")
 
@@ -326,22 +302,6 @@ class FourierLayer(KernelFeatureMap):
         sizes = [count + (k < extra) for k in range(len(self.blocks))]
         bounds = [0, *itertools.accumulate(sizes)]
         return [range(a, b) for a, b in itertools.pairwise(bounds)]
-
-    @property
-    def bandwidth(self) -> Tensor:
-        """``sigma (Tensor[K])``: one bandwidth per block (``ard`` only)."""
-        return self.log_bandwidth.exp()
-
-    @property
-    def input_bandwidth(self) -> Tensor:
-        """``sigma (Tensor[D])``: each input dimension's bandwidth (``ard`` only)."""
-        sigma = self.bandwidth
-        return sigma if self.block_index is None else sigma[self.block_index]
-
-    @property
-    def kernel_spec(self) -> Kernel:
-        """The kernel with :attr:`kernel_params` bound (``matrix(x, z, gamma)``)."""
-        return self._kernel
 
     # ---------------------------------------------------------------------- forward
     def forward(self, x: Tensor) -> Tensor:
@@ -380,61 +340,23 @@ class FourierLayer(KernelFeatureMap):
             return tensor
         return next(self.buffers())
 
-    def discriminant_information(
-        self,
-        x: Tensor,
-        targets: Tensor,
-        *,
-        rho: float = DEFAULT_RHO,
-        num_classes: int | None = None,
-        sync_dist: bool = False,
-    ) -> Tensor:
-        """DI of this layer's features of ``x`` (RFDI of the DI paper).
-
-        Args:
-            x (Tensor[B, D]): inputs of the layer.
-            targets (Tensor[B] | Tensor[B, L]): labels or a target matrix.
-            rho: ridge parameter ``> 0``.
-            num_classes: number of classes ``L`` for int labels.
-            sync_dist: all-reduce the sufficient statistics (exact DI under DDP).
-
-        Returns:
-            Tensor[]: the DI of the (global) batch.
-        """
-        return discriminant_information(
-            self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
-        )
-
     def get_config(self) -> dict[str, object]:
         """Constructor settings as primitives (the draws come from the state dict)."""
         return {
-            "in_features": self.in_features,
-            "out_features": self.out_features,
-            "kernel": registered_name(type(self).__name__, self.kernel),
-            "gamma": self.gamma,
-            "kernel_params": dict(self.kernel_params),
+            **self.base_config(),
+            **self._kernel_config(),
             "trainable": self.trainable,
-            "ard": self.ard,
-            "blocks": None if self.blocks is None else [list(b) for b in self.blocks],
+            **self._ard_config(),
             "separable": self.separable,
             "trainable_frequencies": self.trainable_frequencies,
             "features": self.features,
         }
 
-    def __prepare_scriptable__(self) -> NoReturn:
-        raise_not_scriptable(type(self).__name__)
-
     def extra_repr(self) -> str:
-        text = (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"kernel={self.kernel!r}, gamma={self.gamma}, trainable={self.trainable}"
-        )
-        if self.kernel_params:
-            text += f", kernel_params={self.kernel_params}"
+        text = super().extra_repr() + self._kernel_repr() + f", trainable={self.trainable}"
+        text += self._ard_repr()
         if self.ard:
-            text += f", ard=True, trainable_frequencies={self.trainable_frequencies}"
-            if self.blocks is not None:
-                text += f", blocks={[list(b) for b in self.blocks]}"
+            text += f", trainable_frequencies={self.trainable_frequencies}"
             if self.separable:
                 text += ", separable=True"
         if self.features != "cos":

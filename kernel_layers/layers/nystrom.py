@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
-    check_bool,
-    check_choice,
     check_device,
     check_dtype,
     check_features,
     check_int,
     check_matrix,
     check_positive,
-    raise_not_scriptable,
 )
-from kernel_layers.kernels import Kernel, get_kernel, registered_name
+from kernel_layers.kernels import Kernel
+from kernel_layers.layers.ard import Bandwidths
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.layers.blocks import block_index, check_blocks
+from kernel_layers.layers.kernel_choice import KernelChoice
+from kernel_layers.layers.landmark_init import INITS, select_landmarks
+from kernel_layers.layers.nystrom_rank import EIGEN_RTOL, rank_k_map
+from kernel_layers.layers.projection_cache import ProjectionCache
 from kernel_layers.numerics.linalg import (
     DISTANCE_OVERFLOW,
     autocast_off,
@@ -34,55 +34,12 @@ from kernel_layers.numerics.linalg import (
     robust_cholesky,
     upcast,
 )
-from kernel_layers.objectives import (
-    DEFAULT_RHO,
-    discriminant_information,
-    nystrom_discriminant_information,
-)
-from kernel_layers.selection.landmarks import (
-    DEFAULT_ETA,
-    greedy_landmarks,
-    kmeans,
-    kmeans_plus_plus,
-    random_landmarks,
-)
+from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
 
-__all__ = ["NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
-
-#: Landmark initialisations understood by :meth:`NystromLayer.from_data`.
-INITS = ("random", "kmeans", "kmeans++", "greedy")
-#: Rank-k truncation treats eigenvalues of ``K_Z`` at most ``n * EIGEN_RTOL * max`` as
-#: zero (NumPy's ``matrix_rank`` tolerance): their columns of the map are 0.
-EIGEN_RTOL = torch.finfo(torch.float64).eps
+__all__ = ["EIGEN_RTOL", "INITS", "NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
 
 
-def rank_k_map(k_z: Tensor, rank: int) -> Tensor:
-    """The rank-k Nystrom map ``U_k S_k^-1/2`` from the top-k eigenpairs of ``K_Z``.
-
-    With ``K_Z = U S U^T`` (eigenvalues descending), features ``G U_k S_k^-1/2`` satisfy
-    ``phi(x)^T phi(y) = k(x, Z) K_Z[k]^+ k(Z, y)``, ``K_Z[k]^+ = U_k S_k^-1 U_k^T`` the
-    pseudo-inverse of the best rank-k approximation of ``K_Z``; ``rank = n`` gives the
-    full map up to an orthogonal rotation. Eigenvalues at most
-    ``n * EIGEN_RTOL * max(S)`` count as zero (their columns are 0). The
-    eigen-decomposition's backward divides by eigenvalue gaps: gradients flow but are
-    unstable for (near-)degenerate spectra, so use truncation for inference or when asked.
-
-    Args:
-        k_z (Tensor[n, n]): symmetric (jittered) landmark kernel matrix.
-        rank: ``k``, ``1 <= k <= n``.
-
-    Returns:
-        Tensor[n, k]: ``U_k S_k^-1/2`` in ``k_z``'s dtype, columns by decreasing eigenvalue.
-    """
-    values, vectors = torch.linalg.eigh(k_z)
-    values, vectors = values.flip(-1)[:rank], vectors.flip(-1)[:, :rank]
-    floor = k_z.shape[-1] * EIGEN_RTOL * values[0].detach().clamp_min(0.0)
-    keep = values > floor
-    safe = torch.where(keep, values, torch.ones_like(values))  # no inf in the backward
-    return vectors * torch.where(keep, safe.rsqrt(), torch.zeros_like(values))
-
-
-class NystromLayer(KernelFeatureMap):
+class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
     r"""Nystrom features ``phi(x) = k(x, Z) R^-T`` with learnable landmarks ``Z``.
 
     With ``K_Z = k(Z, Z) + jitter I = R R^T`` (Cholesky, computed in float64), the
@@ -149,10 +106,6 @@ class NystromLayer(KernelFeatureMap):
         x (Tensor[..., D]) -> Tensor[..., n] (``Tensor[..., rank]`` with truncation).
     """
 
-    _projection: Tensor | None
-    block_index: Tensor | None
-    log_bandwidth: nn.Parameter | None
-
     def __init__(
         self,
         in_features: int,
@@ -172,28 +125,16 @@ class NystromLayer(KernelFeatureMap):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(in_features, out_features)
         owner = type(self).__name__
-        self.in_features = check_int(owner, "in_features", in_features)
-        self.out_features = check_int(owner, "out_features", out_features)
-        self.gamma = check_positive(owner, "gamma", gamma)
-        spec = get_kernel(kernel, owner=owner)
-        self.kernel = spec.name
-        self.ard = check_bool(owner, "ard", ard)
-        if blocks is not None and not self.ard:
-            raise ValueError(
-                f"{owner}: argument 'blocks' must be None when ard=False (one bandwidth "
-                f"per block needs ard=True), got {blocks!r}"
-            )
+        spec = self._set_kernel(kernel, gamma, kernel_params)
+        self._check_ard(ard, blocks)
         if self.ard and spec.check_input is not None:
             raise ValueError(
                 f"{owner}: argument 'ard' must be False with kernel {spec.name!r}, whose "
                 f"inputs are restricted to a domain that scaling them could leave (learned "
                 f"bandwidths suit 'gaussian', 'laplacian', 'cauchy'), got ard=True"
             )
-        self.blocks = None if blocks is None else check_blocks(owner, blocks, self.in_features)
-        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
-        self._kernel = spec.bind(self.kernel_params, owner=owner)
         self._jitter = None if jitter is None else check_positive(owner, "jitter", jitter)
         if landmarks is None:
             gen = make_generator(seed, generator, owner=owner)
@@ -215,24 +156,12 @@ class NystromLayer(KernelFeatureMap):
                 )
             z = landmarks.detach().clone().to(dtype=dtype or landmarks.dtype, device=device)
         self.landmarks = nn.Parameter(z, requires_grad=trainable)
-        if self.ard:
-            num_blocks = self.in_features if self.blocks is None else len(self.blocks)
-            log_bandwidth = torch.zeros(num_blocks, dtype=z.dtype, device=z.device)
-            self.log_bandwidth = nn.Parameter(log_bandwidth, requires_grad=trainable)
-        else:
-            self.register_parameter("log_bandwidth", None)
-        self.register_buffer(
-            "block_index", block_index(self.blocks, self.in_features, z.device), persistent=False
-        )
+        self._init_bandwidths(0.0, trainable=trainable, dtype=z.dtype, device=z.device)
         #: Whether the landmarks were given (``landmarks=`` or :meth:`from_data`) rather
         #: than drawn uniformly; ``KernelClassifier(init_landmarks=True)`` keeps given ones.
         self.landmarks_given = landmarks is not None
         self.rank = rank
-        # The inference map R^-T (or the rank-k map) cached in eval mode, so that inference
-        # and exported graphs need no Cholesky / triangular solve (ONNX has neither); the
-        # key records what it was computed from and a stale entry is recomputed.
-        self.register_buffer("_projection", None, persistent=False)
-        self._projection_key: tuple[object, ...] | None = None
+        self._init_projection_cache()  # R^-T (or the rank-k map) in eval mode
 
     @classmethod
     def from_data(
@@ -279,71 +208,24 @@ class NystromLayer(KernelFeatureMap):
                 ``out_features > N``, ``eta`` without ``init="greedy"``, or no row
                 accepted by the greedy rule.
         """
-        owner = f"{cls.__name__}.from_data"
-        check_matrix(owner, "x", x, max_abs=data_limit(x), why=DISTANCE_OVERFLOW)
-        out_features = check_int(owner, "out_features", out_features)
-        check_choice(owner, "init", init, INITS)
-        if out_features > x.shape[0]:
-            raise ValueError(
-                f"{owner}: argument 'out_features' must be <= the number of rows of x "
-                f"({x.shape[0]}), got {out_features}"
-            )
-        if eta is not None and init != "greedy":
-            raise ValueError(
-                f"{owner}: argument 'eta' must be None unless init='greedy', "
-                f"got eta={eta!r} with init={init!r}"
-            )
-        gen = make_generator(seed, generator, owner=owner)
-        if init == "random":
-            landmarks = x[random_landmarks(x, out_features, generator=gen)]
-        elif init == "kmeans":
-            landmarks, _ = kmeans(x, out_features, generator=gen)
-        elif init == "kmeans++":
-            landmarks = x[kmeans_plus_plus(x, out_features, generator=gen)]
-        else:
-            eta = DEFAULT_ETA if eta is None else check_positive(owner, "eta", eta)
-            spec = get_kernel(kwargs.get("kernel", "gaussian"), owner=owner)
-            spec = spec.bind(kwargs.get("kernel_params"), owner=owner)
-            gamma = check_positive(owner, "gamma", kwargs.get("gamma", 1.0))
-            order = torch.randperm(x.shape[0], generator=gen).to(x.device)
-            selected = greedy_landmarks(
-                x[order], kernel=spec, gamma=gamma, eta=eta, max_landmarks=out_features
-            )
-            assert isinstance(selected, Tensor)  # return_indices=False
-            landmarks = selected
-            if landmarks.shape[0] == 0:
-                raise ValueError(
-                    f"{owner}: argument 'eta' must be below the largest k(x, x) so that the "
-                    f"greedy rule accepts a landmark, got {eta}"
-                )
-            out_features = landmarks.shape[0]
-        return cls(x.shape[1], out_features, landmarks=landmarks, **kwargs)
+        landmarks = select_landmarks(
+            f"{cls.__name__}.from_data",
+            x,
+            out_features,
+            init=init,
+            seed=seed,
+            generator=generator,
+            eta=eta,
+            kernel=kwargs.get("kernel", "gaussian"),
+            gamma=kwargs.get("gamma", 1.0),
+            kernel_params=kwargs.get("kernel_params"),
+        )
+        return cls(x.shape[1], landmarks.shape[0], landmarks=landmarks, **kwargs)
 
     @property
     def jitter(self) -> float:
         """Relative diagonal jitter of ``K_Z``."""
         return self._jitter if self._jitter is not None else default_jitter(self.landmarks.dtype)
-
-    @property
-    def bandwidth(self) -> Tensor:
-        """``sigma (Tensor[K])``: one learned bandwidth per block (``ard`` only)."""
-        if self.log_bandwidth is None:
-            raise AttributeError(f"{type(self).__name__} has no bandwidth: built with ard=False")
-        return self.log_bandwidth.exp()
-
-    @property
-    def input_bandwidth(self) -> Tensor | None:
-        """``sigma (Tensor[D])``: each input dimension's bandwidth, or ``None`` without
-        ``ard``."""
-        if self.log_bandwidth is None:
-            return None
-        sigma = upcast(self.log_bandwidth).exp()
-        return sigma if self.block_index is None else sigma[self.block_index]
-
-    def _scaled(self, t: Tensor) -> Tensor:
-        """``t (Tensor[..., D])`` times each dimension's bandwidth (``ard``), else ``t``."""
-        sigma = self.input_bandwidth
-        return t if sigma is None else t * sigma.to(t.dtype)
 
     def data_rows_wanted(self) -> int:
         """``out_features`` training rows to draw the landmarks from, unless the
@@ -395,19 +277,9 @@ class NystromLayer(KernelFeatureMap):
         """
         spec = self.kernel_spec
         spec.validate_input(type(self).__name__, "x", x)
-        landmarks = self._scaled(upcast(self.landmarks))
-        g = spec.matrix(self._scaled(x), landmarks, self.gamma)
+        landmarks = self._scale_inputs(upcast(self.landmarks))
+        g = spec.matrix(self._scale_inputs(x), landmarks, self.gamma)
         return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
-
-    @property
-    def kernel_spec(self) -> Kernel:
-        """The kernel with :attr:`kernel_params` bound: ``matrix(x, z, gamma)``.
-
-        Pass it as ``kernel=`` to
-        :func:`~kernel_layers.nystrom_discriminant_information` (with ``gamma``) to keep
-        the parameters and user callables.
-        """
-        return self._kernel
 
     def projection(self) -> Tensor:
         """The map from ``G = k(x, Z)`` to the features: ``phi(x) = G P``.
@@ -418,7 +290,7 @@ class NystromLayer(KernelFeatureMap):
         Returns:
             Tensor[n, n] (``Tensor[n, rank]`` with truncation): ``P`` in float64.
         """
-        landmarks = self._scaled(upcast(self.landmarks))
+        landmarks = self._scale_inputs(upcast(self.landmarks))
         k_z = landmark_gram(landmarks, self.kernel_spec, self.gamma, self.jitter)
         if self.rank is not None:
             return rank_k_map(k_z, self.rank)
@@ -432,35 +304,8 @@ class NystromLayer(KernelFeatureMap):
         key = (z._version, z.data_ptr(), z.dtype, z.device, self.rank, self.gamma, self.jitter)
         return (*key, scales)
 
-    @torch.no_grad()
-    def _cached_projection(self) -> Tensor:
-        """:meth:`projection` computed once per state of the landmarks (eval mode)."""
-        if torch.compiler.is_exporting():  # the exported graph holds it as a constant
-            if self._projection is None:
-                self._projection = self.projection()
-            return self._projection
-        key = self._cache_key()
-        if self._projection is None or key != self._projection_key:
-            self._projection = self.projection()
-            self._projection_key = key
-        return self._projection
-
-    def train(self, mode: bool = True) -> NystromLayer:
-        """Set training mode; ``eval()`` also prepares the cached inference map."""
-        super().train(mode)
-        if not mode and not torch.compiler.is_compiling() and self.landmarks.device.type != "meta":
-            # A failure here (landmarks not finite, say) resurfaces at the first forward.
-            with contextlib.suppress(RuntimeError, ValueError):
-                self._cached_projection()
-        return self
-
-    def _uses_cache(self) -> bool:
-        """Inference without gradients to the landmarks: the cached map serves."""
-        if torch.compiler.is_exporting():
-            return not self.training
-        if torch.compiler.is_compiling():
-            return False
-        return not self.training and not (torch.is_grad_enabled() and self.landmarks.requires_grad)
+    def _cache_source(self) -> Tensor:
+        return self.landmarks
 
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features.
@@ -488,7 +333,7 @@ class NystromLayer(KernelFeatureMap):
                 spec = self.kernel_spec
                 spec.validate_input(owner, "x", flat)
                 g = spec.matrix(
-                    self._scaled(flat), self._scaled(upcast(self.landmarks)), self.gamma
+                    self._scale_inputs(flat), self._scale_inputs(upcast(self.landmarks)), self.gamma
                 )
                 features = g @ self._cached_projection().to(g.dtype)
             else:
@@ -509,25 +354,14 @@ class NystromLayer(KernelFeatureMap):
         num_classes: int | None = None,
         sync_dist: bool = False,
     ) -> Tensor:
-        """DI of this layer's features of ``x``: NysDI (eq. 10 of the DI paper), or with
-        rank-k truncation the DI of the ``rank`` features.
-
-        The layer states how its DI is computed (``KernelClassifier`` asks it): from the
-        inputs and landmarks, without forming the features.
-
-        Args:
-            x (Tensor[B, D]): inputs of the layer.
-            targets (Tensor[B] | Tensor[B, L]): labels or a target matrix.
-            rho: ridge parameter ``> 0``.
-            num_classes: number of classes ``L`` for int labels.
-            sync_dist: all-reduce the sufficient statistics (exact DI under DDP).
-
-        Returns:
-            Tensor[]: the DI of the (global) batch.
+        """DI of this layer's features of ``x`` (arguments as
+        :meth:`KernelFeatureMap.discriminant_information`): NysDI (eq. 10 of the DI
+        paper), computed from the inputs and landmarks without forming the features; with
+        rank-k truncation, the DI of the ``rank`` features.
         """
         if self.rank is not None:  # NysDI is the full map's DI: use the rank-k features
-            return discriminant_information(
-                self(x), targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
+            return super().discriminant_information(
+                x, targets, rho=rho, num_classes=num_classes, sync_dist=sync_dist
             )
         return nystrom_discriminant_information(
             x,
@@ -549,33 +383,15 @@ class NystromLayer(KernelFeatureMap):
             ValueError: the kernel is a user callable, which has no name to record.
         """
         return {
-            "in_features": self.in_features,
-            "out_features": self.out_features,
-            "kernel": registered_name(type(self).__name__, self.kernel),
-            "gamma": self.gamma,
-            "kernel_params": dict(self.kernel_params),
+            **self.base_config(),
+            **self._kernel_config(),
             "trainable": self.landmarks.requires_grad,
-            "ard": self.ard,
-            "blocks": None if self.blocks is None else [list(b) for b in self.blocks],
+            **self._ard_config(),
             "rank": self.rank,
             "jitter": self._jitter,
         }
 
-    def __prepare_scriptable__(self) -> NoReturn:
-        raise_not_scriptable(type(self).__name__)
-
     def extra_repr(self) -> str:
-        text = (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"kernel={self.kernel!r}, gamma={self.gamma}, "
-            f"trainable={self.landmarks.requires_grad}"
-        )
-        if self.kernel_params:
-            text += f", kernel_params={self.kernel_params}"
-        if self.ard:
-            text += ", ard=True"
-            if self.blocks is not None:
-                text += f", blocks={[list(b) for b in self.blocks]}"
-        if self.rank is not None:
-            text += f", rank={self.rank}"
-        return text
+        text = super().extra_repr() + self._kernel_repr()
+        text += f", trainable={self.landmarks.requires_grad}" + self._ard_repr()
+        return text if self.rank is None else text + f", rank={self.rank}"

@@ -1,0 +1,84 @@
+"""The kernel settings (``kernel``, ``gamma``, ``kernel_params``) the kernel-based maps share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from torch import Tensor
+
+from kernel_layers._validation import check_positive
+from kernel_layers.kernels import Kernel, get_kernel, registered_name
+
+__all__ = ["KernelChoice"]
+
+
+class KernelChoice:
+    """Mixin of the maps built on one kernel: validates and records its settings.
+
+    Attributes:
+        kernel (str): the kernel's name.
+        gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention).
+        kernel_params (dict[str, float]): further kernel parameters, defaults filled in.
+    """
+
+    kernel: str
+    gamma: float
+    kernel_params: dict[str, float]
+    _kernel: Kernel
+
+    def _set_kernel(
+        self,
+        kernel: str | Kernel | Callable[[Tensor, Tensor], Tensor],
+        gamma: float,
+        kernel_params: Mapping[str, float] | None,
+        *,
+        spectral: bool = False,
+    ) -> Kernel:
+        """Validate and record the kernel settings.
+
+        Args:
+            kernel: a registered name, a :class:`~kernel_layers.kernels.Kernel` or a
+                callable ``k(X, Z)``.
+            gamma: kernel parameter ``> 0``.
+            kernel_params: further kernel parameters by name (unknown names raise).
+            spectral: the kernel must have a spectral law (random Fourier maps).
+
+        Returns:
+            Kernel: the kernel looked up (parameters not bound).
+        """
+        owner = type(self).__name__
+        self.gamma = check_positive(owner, "gamma", gamma)
+        spec = get_kernel(kernel, owner=owner, spectral=spectral)
+        self.kernel = spec.name
+        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
+        self._kernel = spec.bind(self.kernel_params, owner=owner)
+        return spec
+
+    @property
+    def kernel_spec(self) -> Kernel:
+        """The kernel with :attr:`kernel_params` bound: ``matrix(x, z, gamma)``.
+
+        Pass it as ``kernel=`` to
+        :func:`~kernel_layers.nystrom_discriminant_information` (with ``gamma``) to keep
+        the parameters and user callables.
+        """
+        return self._kernel
+
+    def _kernel_config(self) -> dict[str, object]:
+        """The kernel settings as constructor arguments.
+
+        Raises:
+            ValueError: the kernel is a user callable, which has no name to record.
+        """
+        return {
+            "kernel": registered_name(type(self).__name__, self.kernel),
+            "gamma": self.gamma,
+            "kernel_params": dict(self.kernel_params),
+        }
+
+    def _kernel_repr(self) -> str:
+        """``", kernel=..., gamma=..."`` (and the parameters) for ``extra_repr``."""
+        text = f", kernel={self.kernel!r}, gamma={self.gamma}"
+        if self.kernel_params:
+            text += f", kernel_params={self.kernel_params}"
+        return text
