@@ -16,6 +16,7 @@ from kernel_layers._version import __version__
 if TYPE_CHECKING:  # the names below, for type checkers and IDEs
     from kernel_layers.cli.allocator import keep_freed_host_memory
     from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
+    from kernel_layers.layers.base import KernelFeatureMap
     from kernel_layers.layers.ensemble import EnsembleNystrom
     from kernel_layers.layers.fastfood import FastfoodLayer
     from kernel_layers.layers.fourier import FourierLayer
@@ -54,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "GammaSearchResult": "kernel_layers.selection.gamma",
     "Kernel": "kernel_layers.kernels",
     "KernelClassifier": "kernel_layers.training.module",
+    "KernelFeatureMap": "kernel_layers.layers.base",
     "NystromLayer": "kernel_layers.layers.nystrom",
     "ResNet18Backbone": "kernel_layers.training.backbones",
     "RidgeHead": "kernel_layers.training.heads",
@@ -85,6 +87,7 @@ __all__ = [
     "GammaSearchResult",
     "Kernel",
     "KernelClassifier",
+    "KernelFeatureMap",
     "NystromLayer",
     "ResNet18Backbone",
     "RidgeHead",

@@ -143,10 +143,8 @@ def test_epoch_checks_report_labels_out_of_range(make_trainer: Callable[..., L.T
 
 
 class _NaNLayer(KernelFeatureMap):
-    in_features, out_features = 10, 3
-
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(10, 3)
         self.w = nn.Parameter(torch.ones(10, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

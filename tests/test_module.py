@@ -171,10 +171,8 @@ def test_backbone_is_trained_with_its_own_learning_rate(
 
 
 class _NaNLayer(KernelFeatureMap):
-    in_features, out_features = 10, 3
-
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(10, 3)
         self.w = nn.Parameter(torch.ones(10, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -412,8 +410,7 @@ class _CosineMap(KernelFeatureMap):
     """Random Fourier features with trainable frequencies and phases."""
 
     def __init__(self, in_features: int, out_features: int, seed: int = 0) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
+        super().__init__(in_features, out_features)
         g = torch.Generator().manual_seed(seed)
         self.weight = nn.Parameter(torch.randn(in_features, out_features, generator=g))
         self.phase = nn.Parameter(2 * torch.pi * torch.rand(out_features, generator=g))
