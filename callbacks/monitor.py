@@ -32,6 +32,7 @@ __all__ = [
     "check_monitor",
     "current_lrs",
     "is_improvement",
+    "log_on_rank_zero",
     "missing_monitor_message",
     "read_monitor",
     "should_skip",
@@ -142,7 +143,8 @@ def read_monitor(owner: str, logs: Mapping[str, Any], monitor: str) -> float:
 
 
 @rank_zero_only
-def _log_on_rank_zero(message: str) -> None:
+def log_on_rank_zero(message: str) -> None:
+    """Send ``message`` to the ``kernel_layers.callbacks`` logger (``INFO``), from rank zero."""
     log.info(message)
 
 
@@ -244,4 +246,4 @@ class MonitorCallback(Callback):
     @staticmethod
     def _info(message: str) -> None:
         """Send ``message`` to the ``kernel_layers.callbacks`` logger (rank zero only)."""
-        _log_on_rank_zero(message)
+        log_on_rank_zero(message)
