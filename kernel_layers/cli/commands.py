@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from kernel_layers.cli.app import KernelLayersCLI, check_j_set_once, resolve_config_args
+from kernel_layers.cli.output import configure_output
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.training.module import KernelClassifier
 
@@ -129,6 +130,7 @@ def export_command(argv: list[str]) -> int:
         check_j_set_once(rest)
     except ValueError as err:
         parser.error(str(err))
+    configure_output()  # no Lightning start-up notes
     program, sys.argv = sys.argv, [sys.argv[0], *rest]  # LightningCLI reads the command line
     try:
         cli = KernelLayersCLI(
