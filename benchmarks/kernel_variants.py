@@ -20,9 +20,9 @@ import warnings
 
 import lightning as L
 import torch
-from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.data import DigitsDataModule
 
 GAMMA = 0.02

@@ -77,11 +77,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from lightning.pytorch import Callback, Trainer, seed_everything
 from torch import Tensor, nn
 
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.data import (
     ArrayDataModule,
     CovTypeDataModule,

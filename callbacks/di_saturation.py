@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
 import lightning.pytorch as pl
-from kernel_layers.callbacks._common import (
-    MODES,
-    THRESHOLD_MODES,
-    check_monitor,
-    current_lrs,
-    is_improvement,
-    missing_monitor_message,
-    read_monitor,
-    should_skip,
-)
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from kernel_layers._validation import check_bool, check_choice, check_int, check_nonnegative
+from kernel_layers._validation import check_bool, check_int
+from kernel_layers.callbacks.monitor import MonitorCallback, current_lrs, should_skip
 
 __all__ = ["DISaturationReason", "DISaturationStopping"]
 
@@ -63,7 +53,7 @@ def _lr_dropped(previous: list[list[float]] | None, current: list[list[float]]) 
     )
 
 
-class DISaturationStopping(Callback):
+class DISaturationStopping(MonitorCallback):
     r"""Stop training when the monitored objective fails to improve after a learning-rate decay.
 
     The stopping rule of the DI paper: the lr is multiplied by ``0.1`` when the epoch-mean DI
@@ -100,7 +90,8 @@ class DISaturationStopping(Callback):
     ``SATURATED``). With ``min_decays=k > 1`` the first ``k - 1`` decays are free.
 
     On stopping, ``trainer.should_stop`` is set, ``stopped_epoch`` / ``stopping_reason`` /
-    ``stopping_reason_message`` are filled and the message is logged with ``rank_zero_info``.
+    ``stopping_reason_message`` are filled and the message is logged from rank zero (logger
+    ``kernel_layers.callbacks``, level ``INFO``).
 
     **Distributed.** The stop decision is reduced with
     ``trainer.strategy.reduce_boolean_decision(..., all=False)``: any rank stopping stops all
@@ -150,20 +141,16 @@ class DISaturationStopping(Callback):
         check_finite: bool = True,
         strict: bool = True,
     ) -> None:
-        super().__init__()
-        self.monitor = check_monitor(_OWNER, monitor)
-        self.mode = check_choice(_OWNER, "mode", mode, MODES)
-        self.patience = check_int(_OWNER, "patience", patience, minimum=1)
-        self.threshold = check_nonnegative(_OWNER, "threshold", threshold)
-        self.threshold_mode = check_choice(
-            _OWNER, "threshold_mode", threshold_mode, THRESHOLD_MODES
+        super().__init__(
+            monitor=monitor,
+            mode=mode,
+            threshold=threshold,
+            threshold_mode=threshold_mode,
+            strict=strict,
         )
+        self.patience = check_int(_OWNER, "patience", patience, minimum=1)
         self.min_decays = check_int(_OWNER, "min_decays", min_decays, minimum=0)
         self.check_finite = check_bool(_OWNER, "check_finite", check_finite)
-        self.strict = check_bool(_OWNER, "strict", strict)
-
-        self.best_score: float = -math.inf if self.mode == "max" else math.inf
-        self.wait_count: int = 0
         self.window_open: bool = False
         self.lr_drop_epochs: list[int] = []
         self.stopped_epoch: int = 0
@@ -178,16 +165,9 @@ class DISaturationStopping(Callback):
         """Number of post-decay epochs seen so far."""
         return len(self.lr_drop_epochs)
 
-    @property
     @override
-    def state_key(self) -> str:
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         return {
-            "best_score": self.best_score,
-            "wait_count": self.wait_count,
             "window_open": self.window_open,
             "window_start": self._window_start,
             "lr_drop_epochs": list(self.lr_drop_epochs),
@@ -199,12 +179,7 @@ class DISaturationStopping(Callback):
         }
 
     @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the state; keys missing from an older checkpoint keep their defaults
-        (the values of a fresh callback), as Lightning's own callbacks do."""
-        state = {**self.state_dict(), **state_dict}
-        self.best_score = float(state["best_score"])
-        self.wait_count = int(state["wait_count"])
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
         self.window_open = bool(state["window_open"])
         self._window_start = state["window_start"]
         self.lr_drop_epochs = [int(e) for e in state["lr_drop_epochs"]]
@@ -222,17 +197,9 @@ class DISaturationStopping(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if should_skip(trainer):
+        current = self._epoch_value(trainer)
+        if current is None:
             return
-        logs = trainer.callback_metrics
-        if self.monitor not in logs:
-            message = missing_monitor_message(_OWNER, self.monitor, logs)
-            if self.strict:
-                raise RuntimeError(message)
-            rank_zero_warn(message, category=RuntimeWarning)
-            return
-
-        current = read_monitor(_OWNER, logs, self.monitor)
         epoch = trainer.current_epoch
         epoch_lrs = self._epoch_lrs if self._epoch_lrs is not None else current_lrs(trainer)
         decayed = _lr_dropped(self._last_lrs, epoch_lrs)
@@ -252,7 +219,8 @@ class DISaturationStopping(Callback):
         self.stopped_epoch = epoch
         self.stopping_reason = reason
         self.stopping_reason_message = message
-        rank_zero_info(message)
+        if message is not None:
+            self._info(message)
 
     def _evaluate(
         self, current: float, decayed: bool, epoch: int
@@ -280,13 +248,7 @@ class DISaturationStopping(Callback):
                 f" {epoch} (best so far {self.best_score:.6g}); stopping training."
             )
 
-        if is_improvement(
-            current,
-            self.best_score,
-            mode=self.mode,
-            threshold=self.threshold,
-            threshold_mode=self.threshold_mode,
-        ):
+        if self._improves(current):
             self.best_score = current
             self.wait_count = 0
             self.window_open = False

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from kernel_layers.callbacks._common import (
-    MODES,
-    THRESHOLD_MODES,
-    check_monitor,
-    current_lrs,
-    is_improvement,
-    missing_monitor_message,
-    read_monitor,
-    should_skip,
-)
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch.optim.lr_scheduler import (
     CosineAnnealingWarmRestarts,
     CyclicLR,
@@ -28,13 +17,8 @@ from torch.optim.lr_scheduler import (
 )
 from typing_extensions import override
 
-from kernel_layers._validation import (
-    check_bool,
-    check_choice,
-    check_fraction,
-    check_int,
-    check_nonnegative,
-)
+from kernel_layers._validation import check_bool, check_fraction, check_int, check_nonnegative
+from kernel_layers.callbacks.monitor import MonitorCallback, current_lrs
 
 __all__ = ["PlateauDecay"]
 
@@ -49,7 +33,7 @@ _ABSOLUTE_SCHEDULERS: tuple[type, ...] = (
 """Schedulers that recompute lr from ``base_lrs`` and so overwrite a decay on their next step."""
 
 
-class PlateauDecay(Callback):
+class PlateauDecay(MonitorCallback):
     r"""Multiply every param group's learning rate by ``factor`` when an epoch metric plateaus.
 
     The learning-rate rule of the DI paper: Adam at lr ``1e-3``, multiplied by ``0.1`` whenever
@@ -109,7 +93,7 @@ class PlateauDecay(Callback):
         eps: lr changes of ``eps`` or less are skipped, ``>= 0`` (as in ``ReduceLROnPlateau``).
         strict: raise if ``monitor`` is missing from ``trainer.callback_metrics``; if ``False``,
             warn and skip the epoch (its counters are left untouched).
-        verbose: log each decay with ``rank_zero_info``.
+        verbose: log each decay (logger ``kernel_layers.callbacks``, level ``INFO``).
 
     Attributes:
         best_score (float): best monitored value so far (``-inf`` / ``+inf`` before the first).
@@ -143,23 +127,19 @@ class PlateauDecay(Callback):
         strict: bool = True,
         verbose: bool = True,
     ) -> None:
-        super().__init__()
-        self.monitor = check_monitor(_OWNER, monitor)
-        self.mode = check_choice(_OWNER, "mode", mode, MODES)
+        super().__init__(
+            monitor=monitor,
+            mode=mode,
+            threshold=threshold,
+            threshold_mode=threshold_mode,
+            strict=strict,
+        )
         self.factor = check_fraction(_OWNER, "factor", factor)
         self.patience = check_int(_OWNER, "patience", patience, minimum=1)
-        self.threshold = check_nonnegative(_OWNER, "threshold", threshold)
-        self.threshold_mode = check_choice(
-            _OWNER, "threshold_mode", threshold_mode, THRESHOLD_MODES
-        )
         self.cooldown = check_int(_OWNER, "cooldown", cooldown, minimum=0)
         self.min_lr = check_nonnegative(_OWNER, "min_lr", min_lr)
         self.eps = check_nonnegative(_OWNER, "eps", eps)
-        self.strict = check_bool(_OWNER, "strict", strict)
         self.verbose = check_bool(_OWNER, "verbose", verbose)
-
-        self.best_score: float = -math.inf if self.mode == "max" else math.inf
-        self.wait_count: int = 0
         self.cooldown_counter: int = 0
         self.decay_epochs: list[int] = []
 
@@ -168,27 +148,12 @@ class PlateauDecay(Callback):
         """Number of decays applied so far."""
         return len(self.decay_epochs)
 
-    @property
     @override
-    def state_key(self) -> str:
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+    def _extra_state(self) -> dict[str, Any]:
+        return {"cooldown_counter": self.cooldown_counter, "decay_epochs": list(self.decay_epochs)}
 
     @override
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "best_score": self.best_score,
-            "wait_count": self.wait_count,
-            "cooldown_counter": self.cooldown_counter,
-            "decay_epochs": list(self.decay_epochs),
-        }
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the state; keys missing from an older checkpoint keep their defaults
-        (the values of a fresh callback), as Lightning's own callbacks do."""
-        state = {**self.state_dict(), **state_dict}
-        self.best_score = float(state["best_score"])
-        self.wait_count = int(state["wait_count"])
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
         self.cooldown_counter = int(state["cooldown_counter"])
         self.decay_epochs = [int(e) for e in state["decay_epochs"]]
 
@@ -209,24 +174,10 @@ class PlateauDecay(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if should_skip(trainer):
+        current = self._epoch_value(trainer)
+        if current is None:
             return
-        logs = trainer.callback_metrics
-        if self.monitor not in logs:
-            message = missing_monitor_message(_OWNER, self.monitor, logs)
-            if self.strict:
-                raise RuntimeError(message)
-            rank_zero_warn(message, category=RuntimeWarning)
-            return
-
-        current = read_monitor(_OWNER, logs, self.monitor)
-        if is_improvement(
-            current,
-            self.best_score,
-            mode=self.mode,
-            threshold=self.threshold,
-            threshold_mode=self.threshold_mode,
-        ):
+        if self._improves(current):
             self.best_score = current
             self.wait_count = 0
         else:
@@ -246,7 +197,7 @@ class PlateauDecay(Callback):
             self.decay_epochs.append(trainer.current_epoch)
             if self.verbose:
                 lrs = ", ".join(f"{lr:.3g}" for lr in (x for g in current_lrs(trainer) for x in g))
-                rank_zero_info(
+                self._info(
                     f"{_OWNER}: '{self.monitor}' did not improve for {self.patience} epoch(s)"
                     f" (best {self.best_score:.6g}); lr multiplied by {self.factor:g} at the end of"
                     f" epoch {trainer.current_epoch}, now [{lrs}]."

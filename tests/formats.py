@@ -16,8 +16,6 @@ IDX_NAMES = (
     "t10k-labels-idx1-ubyte",
 )
 N_TRAIN, N_TEST = 50, 20
-#: An offline failure must come at once, not after a network timeout.
-FAST_S = 3.0
 
 
 def _write(path: Path, payload: bytes, gz: bool) -> None:

@@ -30,10 +30,10 @@ from typing import Any
 
 import lightning as L
 import torch
-from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from kernel_layers import KernelClassifier, NystromLayer
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.data import TensorDataModule
 
 EPOCHS = 6

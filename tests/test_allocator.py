@@ -1,4 +1,4 @@
-"""keep_freed_host_memory: argument checks, the CLI's opt-out, and its effect (page faults)."""
+"""keep_freed_host_memory: argument checks, where it is applied, and its effect (page faults)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import statistics
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from kernel_layers.cli import allocator, entry
 from kernel_layers.cli.allocator import (
-    HOST_MEMORY_ENV,
     _mallopt,
     allocator_configured_by_user,
     keep_freed_host_memory,
@@ -20,10 +21,8 @@ GLIBC = _mallopt() is not None
 
 # Minor page faults per DI step of a Nystrom layer at (B, D, J) = (1000, 54, 500), after
 # a warm-up: with glibc's defaults the step's large buffers go back to the system when
-# freed and fault in again at the next step (800 to 3900 a step measured); with freed
-# memory kept they are reused. A few dozen faults a step remain from allocations that do
-# not go through glibc's heap (0 to 25 measured here, 73 on a CI machine whose default
-# run was not recorded), hence a ratio rather than an absolute bound.
+# freed and fault in again at the next step; with freed memory kept they are reused. A
+# few dozen faults a step remain from allocations that do not go through glibc's heap.
 _FAULTS = textwrap.dedent(
     """
     import resource, sys, torch
@@ -58,14 +57,10 @@ def _faults(mode: str) -> float:
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
 def test_freed_memory_is_reused_without_page_faults():
-    # glibc's dynamic mmap threshold makes the default's count vary from run to run
-    # (2026-11-25, 16 runs: 0.05 to 2066 a step, 3 of them under 200; 2026-11-27, after
-    # DI's Cholesky went in place, six runs: 92 to 1381), so the worst of three default
-    # runs shows that the workload faults without it. One [1000, 500] float64 buffer of
-    # the step is 977 pages, each faulted in again whenever the buffer is not reused;
-    # kept memory faults a few dozen times a step (0.05 to 49 a step in six runs on
-    # 2026-11-26, 0.05 to 75 in six on 2026-11-27, one CI run 97.7). A bound relative to
-    # the default's worst run (a tenth) failed once in CI when that run faulted 484 times.
+    # glibc's dynamic mmap threshold makes the default's count vary from run to run, so
+    # the worst of three default runs shows that the workload faults without it. One
+    # [1000, 500] float64 buffer of the step is 977 pages, each faulted in again whenever
+    # the buffer is not reused; kept memory faults a few dozen times a step.
     default = max(_faults("default") for _ in range(3))
     keep = statistics.median(_faults("keep") for _ in range(3))
     assert default > 200
@@ -90,23 +85,50 @@ def test_rejects_bad_thresholds(name):
 
 def test_user_configuration_is_respected():
     assert not allocator_configured_by_user({})
-    assert not allocator_configured_by_user({HOST_MEMORY_ENV: "keep"})
-    assert allocator_configured_by_user({HOST_MEMORY_ENV: " Default "})
+    assert not allocator_configured_by_user({"KERNEL_LAYERS_HOST_MEMORY": "default"})
     assert allocator_configured_by_user({"MALLOC_TRIM_THRESHOLD_": "131072"})
     assert allocator_configured_by_user({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"})
 
 
-def test_cli_applies_it_unless_opted_out(monkeypatch, tmp_path):
-    from kernel_layers.cli import app as cli
+def test_console_script_applies_it_unless_opted_out(monkeypatch):
+    from kernel_layers.cli import app, commands
 
-    calls = []
-    monkeypatch.setattr(cli, "keep_freed_host_memory", lambda: calls.append(1) or True)
-    monkeypatch.setattr(cli, "KernelLayersCLI", lambda *a, **k: None)
-    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"):
+    calls: list[int] = []
+    monkeypatch.setattr(allocator, "keep_freed_host_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(app, "run_lightning_cli", lambda argv, console: None)
+    monkeypatch.setattr(commands, "plot_command", lambda argv: 0)
+    monkeypatch.setattr(entry.sys, "argv", ["kernel-layers"])
+    for name in allocator.ALLOCATOR_ENV_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv(HOST_MEMORY_ENV, raising=False)
-    cli.main(["fit", "--config", "quickstart"])
+    entry.main(["fit", "--config", "quickstart"])
     assert calls == [1]
-    monkeypatch.setenv(HOST_MEMORY_ENV, "default")
-    cli.main(["fit", "--config", "quickstart"])
+    entry.main(["--host_memory", "default", "fit", "--config", "quickstart"])
+    entry.main(["fit", "--host_memory=default", "--config", "quickstart"])
+    with pytest.raises(SystemExit):
+        entry.main(["plot", "run"])  # draws pictures: not tuned
     assert calls == [1]
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0")
+    entry.main(["fit", "--config", "quickstart"])
+    assert calls == [1]
+
+
+def test_host_memory_rejects_other_values(capsys):
+    with pytest.raises(SystemExit) as done:
+        entry.main(["--host_memory", "off", "fit"])
+    assert done.value.code == 2
+    assert "argument '--host_memory' must be one of ['keep', 'default'], got 'off'" in (
+        capsys.readouterr().err
+    )
+
+
+def test_applied_in_the_console_script_only():
+    """No module but the entry point calls it, and the library reads no switch for it."""
+    package = Path(allocator.__file__).parents[1]
+    callers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "keep_freed_host_memory(" in path.read_text() and path.name != "allocator.py"
+    )
+    assert callers == ["cli/entry.py"]
+    for path in package.rglob("*.py"):
+        assert "KERNEL_LAYERS_HOST_MEMORY" not in path.read_text(), path

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 
 from kernel_layers import (
     DILoss,
@@ -39,6 +38,7 @@ from kernel_layers import (
     random_landmarks,
     select_gamma,
 )
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.data import DigitsDataModule, TensorDataModule
 
 GEN = torch.Generator().manual_seed(0)

@@ -8,6 +8,7 @@ at which the callbacks act.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,11 +16,17 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from kernel_layers.callbacks import DISaturationReason, DISaturationStopping, PlateauDecay
-from kernel_layers.callbacks._common import is_improvement, read_monitor
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from torch.utils.data import DataLoader, TensorDataset
+
+from kernel_layers.callbacks import DISaturationReason, DISaturationStopping, PlateauDecay
+from kernel_layers.callbacks.monitor import (
+    LOGGER_NAME,
+    MonitorCallback,
+    is_improvement,
+    read_monitor,
+)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),
@@ -316,6 +323,29 @@ def test_both_callbacks_reproduce_the_paper_rule(
     lrs = [module.epoch_lrs[e][0] for e in range(9)]
     assert lrs == pytest.approx([1.0] * 5 + [0.1] * 3 + [0.01])
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)
+
+
+def test_messages_go_to_the_callbacks_logger(
+    make_trainer: Callable[..., L.Trainer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each decay and the stop are one INFO record of ``kernel_layers.callbacks``."""
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        fit(make_trainer, PAPER_SCRIPT, [PlateauDecay(patience=2), DISaturationStopping()], 30)
+    records = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert [r.getMessage().split(":")[0] for r in records] == [
+        "PlateauDecay",
+        "PlateauDecay",
+        "DISaturationStopping",
+    ]
+    assert "lr multiplied by 0.1 at the end of epoch 4" in records[0].getMessage()
+    assert "stopping training at epoch 8" in records[2].getMessage()
+
+
+def test_both_callbacks_share_the_monitor_base() -> None:
+    for cls in (PlateauDecay, DISaturationStopping):
+        assert issubclass(cls, MonitorCallback)
+        for name in ("state_key", "state_dict", "load_state_dict"):
+            assert name not in vars(cls), f"{cls.__name__} redefines {name}"
 
 
 def test_decisions_are_reduced_across_ranks(

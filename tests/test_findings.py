@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 from formats import IDX_NAMES, make_mnist_dir, write_covtype
-from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from kernel_layers import (
@@ -28,6 +27,7 @@ from kernel_layers import (
     NystromLayer,
     discriminant_information,
 )
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.data import CovTypeDataModule, DigitsDataModule, MNISTDataModule
 from kernel_layers.data.readers import read_idx
 

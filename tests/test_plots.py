@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import CSVLogger
 from PIL import Image
 
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
-from kernel_layers.cli.app import main
+from kernel_layers.cli.entry import main
 from kernel_layers.data import DigitsDataModule
 from kernel_layers.training.plots import (
     KernelPlots,

@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
 from kernel_layers import KernelClassifier
-from kernel_layers.cli.app import main
+from kernel_layers.cli.entry import main
 from kernel_layers.data import DigitsDataModule
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "svm_readout.py"
@@ -35,7 +35,7 @@ def quickstart_ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, flo
             main(["fit", "--config", "quickstart", "--trainer.max_epochs=2"])
     finally:
         os.chdir(cwd)
-    acc = float(out.getvalue().split("test/acc")[1].split()[0])
+    acc = float(out.getvalue().split("\n  test/acc")[1].split()[0])  # the trained model
     return run / "checkpoints" / "quickstart" / "last.ckpt", acc
 
 
@@ -88,7 +88,7 @@ def test_a_checkpoint_of_another_layer_is_refused(tmp_path, quickstart_ckpt):
     assert done.returncode != 0
     assert (
         "argument 'ckpt' must hold the recipe's kernel layer NystromLayer(out_features=100), "
-        "got NystromLayer(out_features=200)" in done.stderr
+        "got NystromLayer(out_features=20)" in done.stderr
     )
 
 

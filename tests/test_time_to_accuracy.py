@@ -53,7 +53,7 @@ def test_recipe_curve_with_incumbents(tmp_path: Path) -> None:
     args = ["--recipe", "quickstart", "--every", "2", "--curves", str(curves)]
     tta.main([*args, "--", "--trainer.max_epochs", "4"])
     (run,) = [json.loads(line) for line in curves.read_text().splitlines()]
-    assert run["J"] == 200 and [p["epoch"] for p in run["curve"]] == [0, 2, 4]
+    assert run["J"] == 20 and [p["epoch"] for p in run["curve"]] == [0, 2, 4]
     walls = [p["wall_s"] for p in run["curve"]]
     assert 0 <= walls[0] < walls[1] < walls[2]
     assert all(0.5 < p["test_acc"] <= 1 for p in run["curve"])
@@ -61,4 +61,4 @@ def test_recipe_curve_with_incumbents(tmp_path: Path) -> None:
     assert curves.with_suffix(".png").stat().st_size > 0
     assert tta.settings(["--data.init_args.root", "/x", "--model.lr", "1e-2"]) == "--model.lr 1e-2"
     table = tta.curve_table([run])
-    assert "| quickstart | --trainer.max_epochs 4 | 200 |" in table
+    assert "| quickstart | --trainer.max_epochs 4 | 20 |" in table

@@ -3,19 +3,16 @@
 A DI step allocates and frees the same few ``B x J`` and ``J x J`` buffers every time.
 With glibc's default settings, blocks that large are handed back to the kernel when
 freed (``munmap``, or trimming the top of the heap), and the next step faults every page
-back in. On the machine measured (benchmarks/README.md, "Host memory") a float32 Fourier
-step at ``(B, D, J) = (1000, 54, 500)`` took 602 page faults and 13.9 ms with the default
-settings against none and 9.9 ms with freed memory kept; at ``(2000, 784, 1000)`` 2734
-faults cost about 6 ms a step. This is what PyTorch's performance guide obtains with
-jemalloc or tcmalloc; :func:`keep_freed_host_memory` gets it from glibc itself through
-``mallopt``.
+back in. :func:`keep_freed_host_memory` raises glibc's thresholds through ``mallopt`` so
+that the blocks stay in the process and are reused (the effect PyTorch's performance
+guide obtains with jemalloc or tcmalloc); see benchmarks/di_step.py ``--host-memory``.
 
 The cost: memory freed inside the process is kept for later allocations instead of
-being returned to the system, so the resident size stays near its peak (the peak
-itself does not grow). The ``kernel-layers`` command applies it at start-up unless
-``KERNEL_LAYERS_HOST_MEMORY=default`` is set or the user configured glibc's allocator
-(``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``GLIBC_TUNABLES``); in a
-script of your own, call it once before training.
+being returned to the system, so the resident size stays near its peak (the peak itself
+does not grow). Nothing here runs on import: the ``kernel-layers`` console script calls
+it once at start-up (:mod:`kernel_layers.cli.entry`; ``--host_memory default`` opts
+out, and so does configuring glibc's allocator through its own environment variables);
+in a script of your own, call it once before training.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ __all__ = [
     "ALLOCATOR_ENV_VARIABLES",
     "DEFAULT_MMAP_THRESHOLD",
     "DEFAULT_TRIM_THRESHOLD",
-    "HOST_MEMORY_ENV",
     "allocator_configured_by_user",
     "keep_freed_host_memory",
 ]
@@ -46,8 +42,6 @@ DEFAULT_MMAP_THRESHOLD = 1 << 30
 #: The top of the heap is handed back to the system only beyond this much free memory.
 DEFAULT_TRIM_THRESHOLD = (1 << 31) - 1
 
-#: ``KERNEL_LAYERS_HOST_MEMORY=default`` keeps glibc's defaults in ``kernel-layers``.
-HOST_MEMORY_ENV = "KERNEL_LAYERS_HOST_MEMORY"
 #: Environment variables through which a user configures glibc's allocator directly.
 ALLOCATOR_ENV_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
 
@@ -77,7 +71,7 @@ def keep_freed_host_memory(
 ) -> bool:
     """Make glibc keep freed memory for reuse instead of returning it to the system.
 
-    Process-wide; call it once, before training (the ``kernel-layers`` command does).
+    Process-wide; call it once, before training (the ``kernel-layers`` console script does).
 
     Args:
         mmap_threshold: blocks at most this many bytes come from the heap, and are reused
@@ -109,9 +103,7 @@ def keep_freed_host_memory(
 
 
 def allocator_configured_by_user(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``environ`` (default: the process's) opts out of
-    :func:`keep_freed_host_memory` or configures glibc's allocator itself."""
+    """Whether ``environ`` (default: the process's) configures glibc's allocator itself
+    (then ``kernel-layers`` leaves it alone)."""
     env = os.environ if environ is None else environ
-    if env.get(HOST_MEMORY_ENV, "").strip().lower() == "default":
-        return True
     return any(name in env for name in ALLOCATOR_ENV_VARIABLES)

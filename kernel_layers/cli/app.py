@@ -1,31 +1,18 @@
-"""``kernel-layers``: the LightningCLI over :class:`KernelClassifier` and the data modules.
-
-Usage::
-
-    kernel-layers fit --config quickstart                  # a shipped recipe, by name
-    kernel-layers fit --config my_recipe.yaml              # or a path
-    kernel-layers recipes                                  # list the shipped recipes
-    kernel-layers test --config quickstart --ckpt_path last
-    kernel-layers predict --config quickstart --ckpt_path last --predict_split test \\
-        --predict_output predictions.csv                   # or --predict_input x.npy
-    kernel-layers select-gamma --data digits               # the paper's gamma search
+"""The LightningCLI of ``kernel-layers``: :class:`KernelClassifier` and the data modules.
 
 ``fit`` ends with a test run on the data module's test split (``--test_after_fit false``
-turns it off). ``num_classes`` and the data's ``num_features`` (the batch-size rule) are
-linked from the model and the data: ``J`` is set once, as the kernel layer's
-``out_features``. A ``--ckpt_path`` whose saved hyper-parameters differ from the
+turns it off) and a summary. ``num_classes`` and the data's ``num_features`` (the
+batch-size rule) are linked from the model and the data: ``J`` is set once, as the kernel
+layer's ``out_features``. A ``--ckpt_path`` whose saved hyper-parameters differ from the
 configuration is an error naming both values (the configuration is never silently
 replaced by the checkpoint's). The configuration of a run is saved as ``config.yaml``
 beside its logs (never over an existing file; not saved when the logger is off).
-``fit`` / ``validate`` / ``test`` / ``predict`` keep freed host memory for reuse
-(:func:`~kernel_layers.cli.allocator.keep_freed_host_memory`; ``KERNEL_LAYERS_HOST_MEMORY=default``
-keeps glibc's defaults).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
+import logging
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -37,9 +24,8 @@ import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.utilities import rank_zero_info
 
-from kernel_layers.cli.allocator import allocator_configured_by_user, keep_freed_host_memory
+from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
 from kernel_layers.cli.recipe_files import list_recipes, recipe_path
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
 from kernel_layers.training.module import KernelClassifier
@@ -50,10 +36,31 @@ __all__ = [
     "RunConfigSaver",
     "check_j_set_once",
     "list_recipes",
-    "main",
+    "num_classes_of",
     "recipe_path",
     "resolve_config_args",
+    "run_lightning_cli",
 ]
+
+log = logging.getLogger(CLI_LOGGER)
+
+#: ``kernel-layers --help``: what the tool is.
+DESCRIPTION = """Train and use kernel layers (Nystrom, random Fourier) with the Discriminant
+Information objective. Start with: kernel-layers fit --config quickstart
+
+LightningCLI's commands (fit, validate, test, predict) take a recipe (--config NAME or
+a YAML file) and overrides (--section.option VALUE); `kernel-layers COMMAND --help`
+lists the options. glibc's allocator is set to keep freed host memory for reuse
+(faster steps on CPU); --host_memory default keeps glibc's settings."""
+
+#: Each LightningCLI command's description and a usage line short enough to read.
+COMMAND_HELP = {
+    "fit": "Train the model of a recipe, then test it and print a summary (test accuracy, "
+    "epochs, where the checkpoint, configuration and logs are).",
+    "validate": "Score a checkpoint on the validation split.",
+    "test": "Score a checkpoint on the test split (--ckpt_path last: the recipe's last.ckpt).",
+    "predict": "Write a checkpoint's predictions for a split or a file of raw rows.",
+}
 
 #: Commands of ``kernel-layers`` besides LightningCLI's, shown in ``--help``.
 EXTRA_COMMANDS = """other commands:
@@ -123,14 +130,13 @@ class RunConfigSaver(SaveConfigCallback):
     nothing is written (a file the user keeps in the working directory is never touched).
     """
 
+    #: Where the configuration was written (``None``: not written, or not on this rank).
+    saved_path: Path | None = None
+
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self.already_saved:
             return
         if trainer.logger is None:
-            rank_zero_info(
-                "kernel-layers: no logger, so the run's configuration is not saved "
-                "(enable --trainer.logger to keep it beside the logs)"
-            )
             self.already_saved = True
             return
         log_dir = Path(trainer.log_dir or ".")
@@ -150,7 +156,7 @@ class RunConfigSaver(SaveConfigCallback):
                     overwrite=False,
                     multifile=self.multifile,
                 )
-            rank_zero_info(f"kernel-layers: configuration saved to {path}")
+            self.saved_path = path
         self.already_saved = bool(trainer.strategy.broadcast(True))
 
 
@@ -188,23 +194,40 @@ def _plain(value: object) -> object:
     return value
 
 
+def num_classes_of(data: Any) -> int:
+    """The data module's number of classes (the model's ``num_classes`` is linked to it)."""
+    return int(data.num_classes)
+
+
 class KernelLayersCLI(LightningCLI):
     """LightningCLI with linked sizes, a test after ``fit``, checked ``--ckpt_path`` and
     predictions written to a file."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("save_config_callback", RunConfigSaver)
-        kwargs.setdefault(
-            "parser_kwargs",
-            {"epilog": EXTRA_COMMANDS, "formatter_class": argparse.RawDescriptionHelpFormatter},
-        )
+        kwargs.setdefault("trainer_defaults", {"enable_model_summary": False})
+        if "parser_kwargs" not in kwargs:
+            raw = argparse.RawDescriptionHelpFormatter
+            parser_kwargs: dict[str, Any] = {
+                "prog": "kernel-layers",
+                "description": DESCRIPTION,
+                "epilog": EXTRA_COMMANDS,
+                "formatter_class": raw,
+            }
+            for command, text in COMMAND_HELP.items():
+                parser_kwargs[command] = {
+                    "description": text,
+                    "usage": f"kernel-layers {command} [--config RECIPE] [--KEY VALUE]...",
+                    "formatter_class": raw,
+                }
+            kwargs["parser_kwargs"] = parser_kwargs
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments(
             "data",
             "model.num_classes",
-            compute_fn=lambda dm: dm.num_classes,
+            compute_fn=num_classes_of,
             apply_on="instantiate",
         )
         # J is set once, as the kernel layer's out_features; the data's batch-size rule
@@ -303,190 +326,75 @@ class KernelLayersCLI(LightningCLI):
         self.trainer.callbacks.append(writer)  # type: ignore[attr-defined]  # a list property
         # that Lightning's Trainer stub does not declare
 
-    def after_fit(self) -> None:
-        """Report test accuracy of the fitted model (the quick start's last line)."""
-        if self.config.get(self.subcommand, {}).get("test_after_fit", True):
-            self.trainer.test(self.model, datamodule=self.datamodule)
+    def _command_config(self) -> Any:
+        return self.config.get(self.subcommand) if self.subcommand else self.config
 
+    def before_instantiate_classes(self) -> None:
+        """No progress bar when stdout is not a terminal (a file, a pipe), unless asked for:
+        :class:`~kernel_layers.cli.output.EpochLine` prints one line per epoch instead."""
+        trainer = self._command_config().get("trainer")
+        if trainer is not None and trainer.get("enable_progress_bar") is None:
+            trainer["enable_progress_bar"] = sys.stdout.isatty()
 
-# ------------------------------------------------------------------------ select-gamma
-def _select_gamma(argv: list[str]) -> int:
-    """``kernel-layers select-gamma``: grid search of gamma on a data module's training set."""
-    from kernel_layers import data as data_modules
-    from kernel_layers.selection.gamma import select_gamma
-
-    names = {
-        "digits": data_modules.DigitsDataModule,
-        "mnist": data_modules.MNISTDataModule,
-        "fashion-mnist": data_modules.FashionMNISTDataModule,
-        "covtype": data_modules.CovTypeDataModule,
-        "letter": data_modules.LetterDataModule,
-    }
-    parser = argparse.ArgumentParser(
-        prog="kernel-layers select-gamma",
-        description="The DI paper's gamma search: 3-fold cross-validated accuracy of a linear "
-        "classifier on standard Nystrom features, over a grid of gammas.",
-    )
-    parser.add_argument("--data", choices=sorted(names), default="digits")
-    parser.add_argument("--root", default=None, help="root / data_home of the data module")
-    parser.add_argument("--landmarks", type=int, default=1000)
-    parser.add_argument("--max-samples", type=int, default=10000)
-    parser.add_argument("--classifier", choices=["linear_svc", "ridge"], default="linear_svc")
-    args = parser.parse_args(argv)
-    cls = names[args.data]
-    kwargs = {}
-    if args.root is not None:
-        params = inspect.signature(cls).parameters
-        key = next((k for k in ("root", "data_home") if k in params), None)
-        if key is None:
-            parser.error(f"--root does not apply to --data {args.data} (it needs no files)")
-        kwargs[key] = args.root
-    dm = cls(**kwargs)
-    result = select_gamma(
-        dm.train_features().flatten(1),
-        dm.train_targets(),
-        num_landmarks=args.landmarks,
-        max_samples=args.max_samples,
-        classifier=args.classifier,
-    )
-    for gamma, score in zip(result.gammas, result.scores, strict=True):
-        print(f"gamma={gamma:.6g}  cv_accuracy={score:.4f}")
-    print(f"best gamma: {result.best_gamma:.6g}")
-    print(f"use it with: --model.kernel_layer.init_args.gamma={result.best_gamma:.6g}")
-    return 0
-
-
-def _plot_command(argv: list[str]) -> int:
-    """``kernel-layers plot RUN_DIR [--ckpt PATH]``: the run's pictures as PNG files."""
-    from kernel_layers.training.plots import draw_model, plot_curves
-
-    parser = argparse.ArgumentParser(
-        prog="kernel-layers plot",
-        description="Draw a run's epoch DI, learning rate and validation accuracy "
-        "(curves.png), and with --ckpt its landmarks as images (landmarks.png) or its "
-        "learned bandwidths (bandwidths.png).",
-    )
-    parser.add_argument("run_dir", help="a CSVLogger version folder holding metrics.csv")
-    parser.add_argument("--ckpt", default=None, help="a checkpoint of the run")
-    parser.add_argument("--image-shape", default=None, help="H,W of image inputs (e.g. 28,28)")
-    parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR)")
-    args = parser.parse_args(argv)
-    out = Path(args.out or args.run_dir)
-    try:
-        written = [plot_curves(args.run_dir, out)]
-    except ValueError as err:
-        parser.error(str(err))
-    if args.ckpt is not None:
-        model = KernelClassifier.load_from_checkpoint(args.ckpt, map_location="cpu")
-        shape = None
-        if args.image_shape:
-            shape = tuple(int(v) for v in args.image_shape.split(","))
-        written += draw_model(model, out, shape, None)
-    for path in written:
-        print(f"wrote {path}")
-    return 0
-
-
-# ------------------------------------------------------------------------------ export
-def _export_command(argv: list[str]) -> int:
-    """``kernel-layers export --config NAME [...] --ckpt_path CKPT``: the checkpoint's model,
-    with the data's scaling, as one ONNX file taking raw rows (:func:`export_onnx`)."""
-    from kernel_layers.training.export import export_onnx, require_onnx
-
-    parser = argparse.ArgumentParser(
-        prog="kernel-layers export",
-        description="Write a trained model as ONNX: raw rows in the units of the data files "
-        "(the data's min-max scaling included) to classes and per-class scores. The other "
-        "arguments are those of `kernel-layers fit` (--config and overrides), which name "
-        "the data; the configuration must match the checkpoint's hyper-parameters.",
-    )
-    parser.add_argument("--ckpt_path", required=True, help="a checkpoint file, or 'last'")
-    parser.add_argument("--export_output", default="model.onnx", help="the .onnx file to write")
-    parser.add_argument(
-        "--export_dtype",
-        choices=("float32", "float64"),
-        default="float32",
-        help="the dtype the exported model computes in (float64: no float32 round-off, "
-        "for models without convolutions)",
-    )
-    args, rest = parser.parse_known_args(argv)
-    if not args.export_output.endswith(".onnx"):
-        parser.error(f"argument --export_output must end in .onnx, got {args.export_output!r}")
-    try:
-        require_onnx()
-    except ImportError as err:
-        parser.error(str(err))
-    try:
-        rest = resolve_config_args(rest)
-        check_j_set_once(rest)
-    except ValueError as err:
-        parser.error(str(err))
-    program, sys.argv = sys.argv, [sys.argv[0], *rest]  # LightningCLI reads the command line
-    try:
-        cli = KernelLayersCLI(
-            KernelClassifier,
-            ArrayDataModule,
-            subclass_mode_data=True,
-            run=False,
-            save_config_callback=None,
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The trainer, with two adjustments to the configured callbacks:
+        ``--trainer.enable_checkpointing false`` drops the recipe's ``ModelCheckpoint``
+        callbacks (Lightning refuses both together), and without a progress bar an
+        :class:`~kernel_layers.cli.output.EpochLine` reports each epoch."""
+        config = self._get(self.config_init, "trainer", default={})
+        callbacks = config.get("callbacks")
+        callbacks = (
+            []
+            if callbacks is None
+            else list(callbacks)
+            if isinstance(callbacks, list)
+            else [callbacks]
         )
-    finally:
-        sys.argv = program
-    path = cli.resolve_ckpt_path(args.ckpt_path)
-    if not path.is_file():
-        parser.error(f"argument --ckpt_path: no checkpoint file at {str(path)!r}")
-    cli.check_ckpt_matches(path, args.ckpt_path)
-    model = KernelClassifier.load_from_checkpoint(path, map_location="cpu")
-    datamodule = cli.datamodule
-    if not isinstance(datamodule, ArrayDataModule):  # guaranteed by the CLI's data class
-        parser.error(f"the data module must be an ArrayDataModule, got {type(datamodule)}")
-    predictor = model.predictor(datamodule, dtype=getattr(torch, args.export_dtype))
-    assert predictor.scaling is not None  # a data module was given
-    scaled = datamodule.test_dataset.tensors[0][:64]  # type: ignore[union-attr]
-    # raw rows that scale to the first test rows (constant columns: their training value)
-    raw = scaled.reshape(len(scaled), -1).double() * predictor.scaling.divisor
-    raw = raw + predictor.scaling.shift
-    check = export_onnx(predictor, args.export_output, raw.float().reshape(scaled.shape))
-    print(
-        f"wrote {args.export_output}: input x [batch, {', '.join(map(str, scaled.shape[1:]))}] "
-        f"raw features; outputs classes [batch], scores [batch, {model.hparams['num_classes']}] "
-        f"({args.export_dtype})"
-        f"; onnxruntime on {len(raw)} test rows: classes agree {check.classes_agree:.1%}, "
-        f"max |onnx - torch| {check.max_abs_gap:.1e}"
-    )
-    return 0
+        if config.get("enable_checkpointing") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        if config.get("enable_progress_bar") is False and self.subcommand == "fit":
+            callbacks.append(EpochLine())
+        config["callbacks"] = callbacks
+        return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        """Test the fitted model (unless ``--test_after_fit false``) and print the summary."""
+        accuracy = None
+        if self.config.get(self.subcommand, {}).get("test_after_fit", True):
+            results = self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
+            if results and "test/acc" in results[0]:
+                accuracy = float(results[0]["test/acc"])
+        saver = next((c for c in self.trainer.callbacks if isinstance(c, RunConfigSaver)), None)  # type: ignore[attr-defined]
+        if self.trainer.is_global_zero:
+            lines = fit_summary(self.trainer, accuracy, saver.saved_path if saver else None)
+            print("\n".join(lines), flush=True)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``kernel-layers`` console script.
+def run_lightning_cli(argv: list[str], *, console: bool) -> None:
+    """Run LightningCLI's command in ``argv`` (``fit``, ``validate``, ``test``, ``predict``).
 
     Args:
-        args: the command line without the program name (default: ``sys.argv[1:]``).
+        argv: the command line without the program name; ``--config NAME`` may name a
+            shipped recipe.
+        console: whether ``argv`` came from ``sys.argv`` (LightningCLI then reads
+            ``sys.argv`` itself; given both a list and a command line, it warns).
+
+    Raises:
+        SystemExit: status 2, with the message on stderr, for a bad ``--config`` or a
+            second ``J``.
     """
-    argv = sys.argv[1:] if args is None else list(args)
-    if argv[:1] == ["select-gamma"]:
-        raise SystemExit(_select_gamma(argv[1:]))
-    if argv[:1] == ["plot"]:
-        raise SystemExit(_plot_command(argv[1:]))
-    if argv[:1] == ["export"]:
-        raise SystemExit(_export_command(argv[1:]))
     try:
         argv = resolve_config_args(argv)
         check_j_set_once(argv)
     except ValueError as err:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None
-    if not allocator_configured_by_user():  # reuse the steps' buffers (allocator.py)
-        keep_freed_host_memory()
-    if args is None:  # the console script: LightningCLI reads sys.argv itself (given
-        sys.argv[1:] = argv  # both a list and a command line, it warns)
+    configure_output()
+    if console:
+        sys.argv[1:] = argv
     KernelLayersCLI(
         KernelClassifier,
         ArrayDataModule,
         subclass_mode_data=True,
-        args=None if args is None else argv,
+        args=None if console else argv,
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """LightningDataModules for the datasets of the DI paper and an offline quick start.
 
-Every module follows the paper's protocol (DESIGN.md §4):
+Every module follows the paper's protocol:
 
 * features min-max scaled to ``[0, 1]`` with statistics of the **training rows actually
   used for training** (the validation rows carved from the training split are excluded,
@@ -12,7 +12,7 @@ Every module follows the paper's protocol (DESIGN.md §4):
 * a validation split carved from the training split with a fixed seed (``val_fraction``),
   so ``val/acc`` can be monitored without touching the test set.
 
-Datasets and where they come from (DESIGN.md §5):
+Datasets and where they come from:
 
 ==========================  ===========  ===============  =======  =======================
 module                      features     train / test     classes  source

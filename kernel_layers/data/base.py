@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -179,6 +180,19 @@ class ArrayDataModule(LightningDataModule):
         if scaling is not None:
             check_choice(self._name, "scaling", scaling, _SCALINGS)
         self._requested_batch_size = batch_size
+        #: The common options as given, added to each subclass's hyper-parameters.
+        self._common_options: dict[str, Any] = {
+            "batch_size": batch_size,
+            "num_features": num_features,
+            "val_fraction": val_fraction,
+            "scaling": scaling,
+            "clip": clip,
+            "num_workers": num_workers,
+            "pin_memory": pin_memory,
+            "seed": seed,
+            "shuffle": shuffle,
+            "drop_last": drop_last,
+        }
         self.batch_size: int = (
             batch_size if batch_size is not None else default_batch_size(num_features)
         )
@@ -201,6 +215,15 @@ class ArrayDataModule(LightningDataModule):
         self._divisor: np.ndarray | None = None
         self._keep: np.ndarray | None = None
         self._warned_cap = False
+
+    def _save_options(self, ignore: Sequence[str] = ()) -> None:
+        """``save_hyperparameters`` of the calling ``__init__``, completed with every common
+        option (the subclass receives them as ``**kwargs``)."""
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        self.save_hyperparameters(ignore=list(ignore), frame=caller)
+        merged = {**self._common_options, **self.hparams}
+        self.save_hyperparameters(merged, ignore=list(ignore), frame=caller)
 
     # ------------------------------------------------------------------ validation
     @property
@@ -530,7 +553,7 @@ class TensorDataModule(ArrayDataModule):
             labels = np.concatenate([arrays[1].ravel(), arrays[3].ravel()])
             num_classes = int(labels.max()) + 1 if labels.size else 1
         self.num_classes = num_classes
-        self.save_hyperparameters(ignore=["x_train", "y_train", "x_test", "y_test"])
+        self._save_options(ignore=["x_train", "y_train", "x_test", "y_test"])
 
     def _locate(self) -> Callable[[], RawArrays]:
         return lambda: self._arrays

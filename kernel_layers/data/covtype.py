@@ -59,16 +59,9 @@ class CovTypeDataModule(SklearnHomeDataModule):
     Args:
         data_home: directory of the data (see above).
         download: download through scikit-learn when nothing is found locally.
-        batch_size: see :class:`ArrayDataModule` (the other arguments too).
-        num_features: kernel layer width ``J`` for the batch-size rule ``max(1000, 2J)``.
-        val_fraction: fraction of the training split held out for validation.
-        scaling: ``"feature"`` (default) or ``"global"``.
-        clip: clip validation / test features to ``[0, 1]``.
-        num_workers: ``DataLoader`` workers.
-        pin_memory: pin batches in page-locked memory.
-        seed: seed of the train / test and validation splits.
-        shuffle: shuffle training batches.
-        drop_last: drop the incomplete last training batch.
+        **kwargs: the common options of :class:`~kernel_layers.data.base.ArrayDataModule`
+            (``batch_size``, ``num_features``, ``val_fraction``, ``scaling``, ``clip``,
+            ``num_workers``, ``pin_memory``, ``seed``, ``shuffle``, ``drop_last``).
 
     Raises:
         DatasetNotFoundError: no local data and no download possible.

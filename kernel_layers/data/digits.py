@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from kernel_layers.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, RawArrays, Scaling
+from kernel_layers.data.base import ArrayDataModule, RawArrays, Scaling
 
 __all__ = ["DigitsDataModule"]
 
@@ -26,16 +26,9 @@ class DigitsDataModule(ArrayDataModule):
 
     Args:
         flatten: serve ``x (Tensor[B, 64])``; ``False`` serves ``x (Tensor[B, 1, 8, 8])``.
-        batch_size: see :class:`ArrayDataModule` (the other arguments too).
-        num_features: kernel layer width ``J`` for the batch-size rule ``max(1000, 2J)``.
-        val_fraction: fraction of the training split held out for validation.
-        scaling: ``"global"`` (default) or ``"feature"``.
-        clip: clip validation / test features to ``[0, 1]``.
-        num_workers: ``DataLoader`` workers.
-        pin_memory: pin batches in page-locked memory.
-        seed: seed of the train / test and validation splits.
-        shuffle: shuffle training batches.
-        drop_last: drop the incomplete last training batch.
+        **kwargs: the common options of :class:`~kernel_layers.data.base.ArrayDataModule`
+            (``batch_size``, ``num_features``, ``val_fraction``, ``scaling``, ``clip``,
+            ``num_workers``, ``pin_memory``, ``seed``, ``shuffle``, ``drop_last``).
     """
 
     num_classes = 10
@@ -47,33 +40,13 @@ class DigitsDataModule(ArrayDataModule):
         self,
         *,
         flatten: bool = True,
-        batch_size: int | None = None,
-        num_features: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        scaling: Scaling | None = None,
-        clip: bool = False,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        seed: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_features=num_features,
-            val_fraction=val_fraction,
-            scaling=scaling,
-            clip=clip,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-        )
+        super().__init__(**kwargs)
         self._check_bool("flatten", flatten)
         self.flatten = flatten
         self.input_shape = (self.in_features,) if flatten else DIGITS_IMAGE_SHAPE
-        self.save_hyperparameters()
+        self._save_options()
 
     def _locate(self) -> Callable[[], RawArrays]:
         return self._load

@@ -12,7 +12,6 @@ import numpy as np
 from kernel_layers.data import readers
 from kernel_layers.data.augment import draw_shift_flip, shift_flip, step_generator
 from kernel_layers.data.base import (
-    DEFAULT_VAL_FRACTION,
     ArrayDataModule,
     RawArrays,
     Scaling,
@@ -54,31 +53,11 @@ class _IDXDataModule(ArrayDataModule):
         *,
         flatten: bool = True,
         download: bool = True,
-        batch_size: int | None = None,
-        num_features: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        scaling: Scaling | None = None,
-        clip: bool = False,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        seed: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = True,
         augment_shift: int = 0,
         augment_flip: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_features=num_features,
-            val_fraction=val_fraction,
-            scaling=scaling,
-            clip=clip,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-        )
+        super().__init__(**kwargs)
         if not isinstance(root, (str, os.PathLike)):
             raise TypeError(
                 f"{self._name}: argument 'root' must be a str or path, got {type(root).__name__}"
@@ -98,7 +77,7 @@ class _IDXDataModule(ArrayDataModule):
         self.flatten = flatten
         self.download = download
         self.input_shape = (self.in_features,) if flatten else MNIST_IMAGE_SHAPE
-        self.save_hyperparameters()
+        self._save_options()
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches only: each image shifted by up to ``augment_shift`` pixels per
@@ -212,20 +191,13 @@ class MNISTDataModule(_IDXDataModule):
         flatten: serve ``x (Tensor[B, 784])`` for standalone kernel layers; ``False``
             serves images ``x (Tensor[B, 1, 28, 28])`` for convolutional backbones.
         download: download through torchvision when the files are missing.
-        batch_size: see :class:`ArrayDataModule` (the other arguments too).
-        num_features: kernel layer width ``J`` for the batch-size rule ``max(1000, 2J)``.
-        val_fraction: fraction of the 60000 training images held out for validation.
-        scaling: ``"global"`` (default) or ``"feature"``.
-        clip: clip validation / test features to ``[0, 1]``.
-        num_workers: ``DataLoader`` workers.
-        pin_memory: pin batches in page-locked memory.
-        seed: seed of the validation split.
-        shuffle: shuffle training batches.
-        drop_last: drop the incomplete last training batch.
         augment_shift: training images shifted by a random ``[-s, s]`` pixels per axis
             (zeros move in), drawn per image and step; ``0`` (default): no shifts.
         augment_flip: training images mirrored left-right with probability 1/2 (for
             Fashion-MNIST's clothes, not for digits).
+        **kwargs: the common options of :class:`~kernel_layers.data.base.ArrayDataModule`
+            (``batch_size``, ``num_features``, ``val_fraction``, ``scaling``, ``clip``,
+            ``num_workers``, ``pin_memory``, ``seed``, ``shuffle``, ``drop_last``).
 
     Raises:
         DatasetNotFoundError: (from :meth:`prepare_data` / :meth:`setup`) no files and no

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from kernel_layers.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, Scaling
+from kernel_layers.data.base import ArrayDataModule
 
 __all__ = ["SklearnHomeDataModule", "resolve_sklearn_home"]
 
@@ -26,29 +27,9 @@ class SklearnHomeDataModule(ArrayDataModule):
         data_home: str | os.PathLike[str] | None = None,
         *,
         download: bool = True,
-        batch_size: int | None = None,
-        num_features: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        scaling: Scaling | None = None,
-        clip: bool = False,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        seed: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_features=num_features,
-            val_fraction=val_fraction,
-            scaling=scaling,
-            clip=clip,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-        )
+        super().__init__(**kwargs)
         if data_home is not None and not isinstance(data_home, (str, os.PathLike)):
             raise TypeError(
                 f"{self._name}: argument 'data_home' must be a str, path or None, "
@@ -58,7 +39,7 @@ class SklearnHomeDataModule(ArrayDataModule):
         self.data_home = resolve_sklearn_home(data_home)
         self.download = download
         self.input_shape = (self.in_features,)
-        self.save_hyperparameters()
+        self._save_options()
 
     def _find_raw(self, names: Sequence[str], subdir: str) -> Path | None:
         for folder in (self.data_home, self.data_home / subdir):

@@ -1,0 +1,249 @@
+"""The base of the callbacks that watch one epoch metric: arguments, state and messages.
+
+:class:`MonitorCallback` holds what :class:`~kernel_layers.callbacks.PlateauDecay` and
+:class:`~kernel_layers.callbacks.DISaturationStopping` share: the checked ``monitor`` /
+``mode`` / ``threshold`` / ``threshold_mode`` / ``strict`` arguments, the best value and
+the count of non-improving epochs, the checkpoint state (``state_key``, ``state_dict``,
+``load_state_dict``), reading the monitored value at the end of a training epoch, and
+messages sent to the ``kernel_layers.callbacks`` logger from rank zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
+from typing_extensions import override
+
+from kernel_layers._validation import check_bool, check_choice, check_nonnegative
+
+__all__ = [
+    "LOGGER_NAME",
+    "MODES",
+    "THRESHOLD_MODES",
+    "MonitorCallback",
+    "check_monitor",
+    "current_lrs",
+    "is_improvement",
+    "log_on_rank_zero",
+    "missing_monitor_message",
+    "read_monitor",
+    "should_skip",
+]
+
+MODES: tuple[str, ...] = ("min", "max")
+"""Allowed values of ``mode``: whether a lower or a higher monitored value is better."""
+
+THRESHOLD_MODES: tuple[str, ...] = ("rel", "abs")
+"""Allowed values of ``threshold_mode``: relative or absolute improvement margin."""
+
+#: The logger the callbacks' messages go to (level ``INFO``).
+LOGGER_NAME = "kernel_layers.callbacks"
+log = logging.getLogger(LOGGER_NAME)
+
+
+def check_monitor(owner: str, value: Any) -> str:
+    """Checks that ``monitor`` is a non-empty string.
+
+    Raises:
+        TypeError: ``value`` is not a ``str``.
+        ValueError: ``value`` is empty.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}: argument 'monitor' must be a non-empty str, got {value!r}")
+    if not value:
+        raise ValueError(f"{owner}: argument 'monitor' must be a non-empty str, got {value!r}")
+    return value
+
+
+def is_improvement(
+    current: float, best: float, *, mode: str, threshold: float, threshold_mode: str
+) -> bool:
+    """Whether ``current`` improves on ``best`` by more than the threshold margin.
+
+    The margin is ``threshold * |best|`` in ``"rel"`` mode and ``threshold`` in ``"abs"`` mode;
+    ``"max"`` needs ``current > best + margin``, ``"min"`` needs ``current < best - margin``.
+    Using ``|best|`` keeps the relative test meaningful for negative values (PyTorch's
+    ``ReduceLROnPlateau`` multiplies by ``1 +- threshold`` instead, which flips for ``best < 0``).
+    A NaN ``current`` never improves; any non-NaN value improves on an infinite initial ``best``
+    of the wrong sign (``-inf`` in ``"max"`` mode, ``+inf`` in ``"min"`` mode).
+
+    Args:
+        current: the new value.
+        best: the best value so far (``-inf`` / ``+inf`` before the first observation).
+        mode: ``"max"`` or ``"min"``.
+        threshold: the improvement margin, ``>= 0``.
+        threshold_mode: ``"rel"`` or ``"abs"``.
+
+    Returns:
+        ``True`` when ``current`` counts as an improvement.
+    """
+    if math.isnan(current):
+        return False
+    if math.isinf(best):
+        return current > best if mode == "max" else current < best
+    margin = threshold * abs(best) if threshold_mode == "rel" else threshold
+    if mode == "max":
+        return current > best + margin
+    return current < best - margin
+
+
+def current_lrs(trainer: pl.Trainer) -> list[list[float]]:
+    """The learning rate of every param group of every optimizer of ``trainer``.
+
+    Returns:
+        ``lrs[i][j]`` is the lr of param group ``j`` of ``trainer.optimizers[i]`` (``float``,
+        also when the optimizer stores it as a ``Tensor``).
+    """
+    return [[float(group["lr"]) for group in opt.param_groups] for opt in trainer.optimizers]
+
+
+def should_skip(trainer: pl.Trainer) -> bool:
+    """Whether a callback must not act: not fitting, sanity checking or ``fast_dev_run``."""
+    return (
+        trainer.state.fn != TrainerFn.FITTING
+        or trainer.sanity_checking
+        or bool(getattr(trainer, "fast_dev_run", False))
+    )
+
+
+def missing_monitor_message(owner: str, monitor: str, logs: Mapping[str, Any]) -> str:
+    """The error raised (strict) or warned (non-strict) when ``monitor`` was not logged."""
+    available = ", ".join(f"'{k}'" for k in logs) or "(none)"
+    return (
+        f"{owner}: monitored metric '{monitor}' is not in trainer.callback_metrics at the end of"
+        f" the training epoch. Available keys: {available}. A value logged with"
+        " `self.log(name, ..., on_step=True, on_epoch=True)` is exposed as '<name>_epoch';"
+        " pass `monitor=` one of the available keys (or `strict=False` to skip such epochs)."
+    )
+
+
+def read_monitor(owner: str, logs: Mapping[str, Any], monitor: str) -> float:
+    """Reads the monitored value as a Python ``float``.
+
+    Raises:
+        RuntimeError: if the logged value is a tensor with more than one element.
+    """
+    value = logs[monitor]
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise RuntimeError(
+                f"{owner}: monitored metric '{monitor}' must be a scalar, got a tensor of shape"
+                f" {tuple(value.shape)}"
+            )
+        return float(value.detach().reshape(()).item())
+    return float(value)
+
+
+@rank_zero_only
+def log_on_rank_zero(message: str) -> None:
+    """Send ``message`` to the ``kernel_layers.callbacks`` logger (``INFO``), from rank zero."""
+    log.info(message)
+
+
+class MonitorCallback(Callback):
+    """A callback that watches one epoch-level metric of ``trainer.callback_metrics``.
+
+    Subclasses add the counters they checkpoint in :meth:`_extra_state` and restore them
+    in :meth:`_load_extra`; ``best_score`` and ``wait_count`` are kept here.
+
+    Args:
+        monitor: key of ``trainer.callback_metrics`` to watch (an epoch-level value).
+        mode: ``"max"`` if higher is better (DI), ``"min"`` if lower is better (a loss).
+        threshold: improvement margin, ``>= 0``.
+        threshold_mode: ``"rel"`` (margin ``threshold * |best|``) or ``"abs"`` (``threshold``).
+        strict: raise if ``monitor`` is missing from ``trainer.callback_metrics``; if ``False``,
+            warn and skip the epoch.
+
+    Attributes:
+        best_score (float): best monitored value so far (``-inf`` / ``+inf`` before the first).
+        wait_count (int): non-improving epochs counted so far.
+    """
+
+    def __init__(
+        self,
+        *,
+        monitor: str,
+        mode: str,
+        threshold: float,
+        threshold_mode: str,
+        strict: bool,
+    ) -> None:
+        super().__init__()
+        owner = self._owner
+        self.monitor = check_monitor(owner, monitor)
+        self.mode = check_choice(owner, "mode", mode, MODES)
+        self.threshold = check_nonnegative(owner, "threshold", threshold)
+        self.threshold_mode = check_choice(owner, "threshold_mode", threshold_mode, THRESHOLD_MODES)
+        self.strict = check_bool(owner, "strict", strict)
+        self.best_score: float = -math.inf if self.mode == "max" else math.inf
+        self.wait_count: int = 0
+
+    @property
+    def _owner(self) -> str:
+        return type(self).__name__
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    def _extra_state(self) -> dict[str, Any]:
+        """The subclass's counters, keyed as in its checkpoints."""
+        return {}
+
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
+        """Restore the subclass's counters from ``state`` (every key present)."""
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"best_score": self.best_score, "wait_count": self.wait_count, **self._extra_state()}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state; keys missing from an older checkpoint keep their defaults
+        (the values of a fresh callback), as Lightning's own callbacks do."""
+        state = {**self.state_dict(), **state_dict}
+        self.best_score = float(state["best_score"])
+        self.wait_count = int(state["wait_count"])
+        self._load_extra(state)
+
+    def _improves(self, current: float) -> bool:
+        return is_improvement(
+            current,
+            self.best_score,
+            mode=self.mode,
+            threshold=self.threshold,
+            threshold_mode=self.threshold_mode,
+        )
+
+    def _epoch_value(self, trainer: pl.Trainer) -> float | None:
+        """The monitored value at the end of a training epoch, or ``None`` when this epoch
+        is skipped (not fitting, sanity checking, ``fast_dev_run``, or the metric missing
+        with ``strict=False``).
+
+        Raises:
+            RuntimeError: ``strict`` and the metric was not logged.
+        """
+        if should_skip(trainer):
+            return None
+        logs = trainer.callback_metrics
+        if self.monitor not in logs:
+            message = missing_monitor_message(self._owner, self.monitor, logs)
+            if self.strict:
+                raise RuntimeError(message)
+            rank_zero_warn(message, category=RuntimeWarning)
+            return None
+        return read_monitor(self._owner, logs, self.monitor)
+
+    @staticmethod
+    def _info(message: str) -> None:
+        """Send ``message`` to the ``kernel_layers.callbacks`` logger (rank zero only)."""
+        log_on_rank_zero(message)

@@ -1,0 +1,95 @@
+"""Test accuracy of the map before training: what training the kernel layer adds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
+
+__all__ = ["UntrainedBaseline"]
+
+_OWNER = "UntrainedBaseline"
+
+
+class UntrainedBaseline(Callback):
+    """Score the untrained map once, when training starts: the baseline of a fit.
+
+    At the start of the first training epoch (after the model's ``on_train_start``, which
+    draws Nyström landmarks from the data), a fresh ridge read-out with the model's
+    ``head.rho`` is fitted on the kernel features of every training row, and its accuracy
+    on the data module's test split is stored in :attr:`accuracy` and logged (logger
+    ``kernel_layers.callbacks``). The model itself is left untouched. ``kernel-layers fit``
+    prints it beside the trained model's ``test/acc``.
+
+    Needs a :class:`~kernel_layers.KernelClassifier` and a data module with
+    ``train_eval_dataloader()`` and ``test_dataloader()`` (every
+    :mod:`kernel_layers.data` module). The value is checkpointed, so a resumed fit keeps it.
+
+    Attributes:
+        accuracy (float | None): test accuracy of the untrained map, ``None`` until measured.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accuracy: float | None = None
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"accuracy": self.accuracy}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        value = state_dict.get("accuracy")
+        self.accuracy = None if value is None else float(value)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.accuracy is not None or trainer.current_epoch != 0 or should_skip(trainer):
+            return
+        datamodule = getattr(trainer, "datamodule", None)
+        head = getattr(pl_module, "head", None)
+        if datamodule is None or head is None:
+            raise TypeError(
+                f"{_OWNER}: needs a KernelClassifier and a kernel_layers data module, got "
+                f"{type(pl_module).__name__} and {type(datamodule).__name__}"
+            )
+        self.accuracy = untrained_accuracy(pl_module, head, datamodule)
+        log_on_rank_zero(
+            f"{_OWNER}: test/acc of the untrained map (ridge read-out) {self.accuracy:.4f}"
+        )
+
+
+@torch.no_grad()
+def untrained_accuracy(model: pl.LightningModule, head: Any, datamodule: Any) -> float:
+    """Test accuracy of a fresh ridge read-out fitted on ``model``'s current features.
+
+    Args:
+        model: a :class:`~kernel_layers.KernelClassifier` (``model(x)`` gives features).
+        head: the model's ridge head, whose type and ``rho`` the fresh read-out copies.
+        datamodule: serves ``train_eval_dataloader()`` and ``test_dataloader()``.
+
+    Returns:
+        float: the fraction of test rows classified correctly.
+    """
+    fresh = type(head)(head.in_features, head.num_outputs, rho=head.rho).to(model.device)
+    modes = {module: module.training for module in model.modules()}
+    model.eval()
+    try:
+        for batch in datamodule.train_eval_dataloader():
+            x, y = batch[0].to(model.device), batch[1].to(model.device)
+            fresh.update(model(x), y.long())
+        fresh.fit()
+        correct = total = 0
+        for batch in datamodule.test_dataloader():
+            x, y = batch[0].to(model.device), batch[1].to(model.device)
+            correct += int((fresh(model(x)).argmax(1) == y).sum())
+            total += len(y)
+    finally:
+        for module, mode in modes.items():
+            module.training = mode
+    return correct / max(total, 1)
