@@ -1,7 +1,6 @@
 """How much DI training adds over the untrained Nystrom map, per gamma, on a subsample.
 
-A quick probe for choosing a recipe's gamma (and for explaining an accuracy goal that is
-missed): for each ``--gammas`` value, a ``NystromLayer`` with ``J`` random training rows
+A quick probe for choosing a recipe's gamma: for each ``--gammas`` value, a ``NystromLayer`` with ``J`` random training rows
 as landmarks is read out by the closed-form ridge head (test accuracy ``untrained``), then
 its landmarks are trained by NysDI (Adam, ``--lr``, batches of ``--batch`` rows, plain
 loop, no schedule) for ``--epochs`` epochs over ``--rows`` random training rows, and read

@@ -43,7 +43,7 @@ Two more tables follow in the same run (skip them with ``--no-throughput`` /
 
 Usage::
 
-    python benchmarks/di_step.py                       # the three sizes of the issue, CPU
+    python benchmarks/di_step.py                       # the three sizes of the bar, CPU
     python benchmarks/di_step.py --device cuda --dtype float32 float64
     python benchmarks/di_step.py --no-throughput --no-memory-scaling   # first table only
     python benchmarks/di_step.py --host-memory default   # glibc's allocator defaults
