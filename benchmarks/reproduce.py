@@ -19,9 +19,9 @@ name                      map         what is trained
 Resumable: ``--append`` skips the ``(method, J, repeat)`` rows already in the CSV, so a
 grid cut short continues with the same command.
 
-Protocol (the DI paper's; benchmarks/README.md): features min-max scaled on train; Gaussian kernel with
-``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)`` unless ``--gamma``; ``rho = 1e-4``;
-Adam at ``--lr`` (1e-3), multiplied by 0.1 by
+Protocol (the DI paper's; benchmarks/README.md): features min-max scaled on train;
+Gaussian kernel with ``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)``
+unless ``--gamma``; ``rho = 1e-4``; Adam at ``--lr`` (1e-3), multiplied by 0.1 by
 :class:`kernel_layers.callbacks.PlateauDecay` when the epoch objective saturates
 (``train/di_epoch`` for DI, ``train/loss_epoch`` for LS / CE) and stopped by
 :class:`kernel_layers.callbacks.DISaturationStopping` when it fails to improve after a
