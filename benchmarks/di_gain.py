@@ -1,13 +1,13 @@
 """How much DI training adds over the untrained Nystrom map, per gamma, on a subsample.
 
-A quick probe for choosing a recipe's gamma (and for explaining an accuracy goal that is
-missed): for each ``--gammas`` value, a ``NystromLayer`` with ``J`` random training rows
-as landmarks is read out by the closed-form ridge head (test accuracy ``untrained``), then
-its landmarks are trained by NysDI (Adam, ``--lr``, batches of ``--batch`` rows, plain
-loop, no schedule) for ``--epochs`` epochs over ``--rows`` random training rows, and read
-out again every ``--every`` epochs. The ridge head is fitted on the same training rows.
-With ``--ard`` the layer also learns one bandwidth per input column
-(``NystromLayer(ard=True)``, each starting at 1, so ``untrained`` is the same map).
+A quick probe for choosing a recipe's gamma: for each ``--gammas`` value, a
+``NystromLayer`` with ``J`` random training rows as landmarks is read out by the
+closed-form ridge head (test accuracy ``untrained``), then its landmarks are trained by
+NysDI (Adam, ``--lr``, batches of ``--batch`` rows, plain loop, no schedule) for
+``--epochs`` epochs over ``--rows`` random training rows, and read out again every
+``--every`` epochs. The ridge head is fitted on the same training rows. With ``--ard``
+the layer also learns one bandwidth per input column (``NystromLayer(ard=True)``, each
+starting at 1, so ``untrained`` is the same map).
 
 Usage::
 

@@ -10,13 +10,9 @@ For each layer and size ``(B, d, J)`` the script times, in the same process and 
   products ``Z Z^T``, ``dK Z`` that eq. 10 needs for ``K_Z``.
 * ``naive``: the same formula written with plain autograd (``torch.linalg.solve``), whose
   backward needs extra ``B x J x J`` products.
-* ``floor_lower``: the floor with its Gram (``Phi^T Phi`` / ``G^T G``) as the lower
-  triangle only (:func:`~kernel_layers.numerics.linalg.gram_matrix`, a ``syrk``: about half the
-  flops), which is how the library forms it. ``ours / floor_lower`` is the stricter ratio:
-  on CPUs whose ``syrk`` runs at the ``gemm``'s speed, ``ours`` can fall below ``floor``.
 * ``floor64`` (Nystrom only): the float64 work NysDI's precision rule requires, timed the
-  same way with the library's own fastest primitives: the float64 lower Gram (``syrk``)
-  of ``[G_c, Y_c]`` (``B x (J + L)``), the float64 Cholesky factorisation of order ``J``,
+  same way: the float64 Gram (:func:`~kernel_layers.numerics.linalg.gram_matrix`) of
+  ``[G_c, Y_c]`` (``B x (J + L)``), the float64 Cholesky factorisation of order ``J``,
   and the kernel products ``X Z^T``, ``Z Z^T``, ``dH^T X``, ``dK Z`` in the dtype
   :func:`~kernel_layers.numerics.linalg.kernel_dtype` picks (float64 for narrow inputs such as
   CovType's 54 columns). ``floor64 / floor`` is the part of ``ours / floor`` that no
@@ -43,7 +39,7 @@ Two more tables follow in the same run (skip them with ``--no-throughput`` /
 
 Usage::
 
-    python benchmarks/di_step.py                       # the three sizes of the issue, CPU
+    python benchmarks/di_step.py                       # the three sizes of the bar, CPU
     python benchmarks/di_step.py --device cuda --dtype float32 float64
     python benchmarks/di_step.py --no-throughput --no-memory-scaling   # first table only
     python benchmarks/di_step.py --host-memory default   # glibc's allocator defaults
@@ -142,7 +138,7 @@ def make_steps(
     floor_operands: bool = True,
 ):
     """Return ``{"ours", "floor", "naive"}`` closures for one configuration, with
-    ``"floor_lower"`` (and ``"floor64"`` for Nystrom) when the floors' operands exist.
+    ``"floor64"`` for Nystrom.
 
     ``floor_operands=False`` skips allocating the floor's operands (for memory runs).
     """
@@ -177,11 +173,6 @@ def make_steps(
             torch.mm(big.T, big)
             torch.mm(x.T, big)
 
-        def floor_lower() -> None:
-            torch.mm(x, w)
-            gram_matrix(big)  # Phi^T Phi, lower triangle
-            torch.mm(x.T, big)
-
         steps: dict[str, Callable[[], None]] = {"ours": ours, "floor": floor, "naive": naive}
     else:
         z = x[:j].clone().requires_grad_(True)
@@ -206,24 +197,15 @@ def make_steps(
             torch.mm(w.T, w)  # Z Z^T
             torch.mm(small, w.T)  # dK Z
 
-        def floor_lower() -> None:
-            torch.mm(x, w)  # X Z^T
-            gram_matrix(big)  # G^T G, lower triangle
-            torch.mm(big.T, x)  # dH^T X
-            torch.mm(w.T, w)  # Z Z^T
-            torch.mm(small, w.T)  # dK Z
-
         def floor64() -> None:
             torch.mm(x_k, w_k)  # X Z^T in the kernel dtype
-            gram_matrix(joint)  # [G_c, Y_c]^T [G_c, Y_c], lower triangle, float64
+            gram_matrix(joint)  # [G_c, Y_c]^T [G_c, Y_c], float64
             cholesky_ex(spd)  # of G^T C G + rho K_Z, float64
             torch.mm(big_k.T, x_k)  # dH^T X
             torch.mm(w_k.T, w_k)  # Z Z^T
             torch.mm(small_k, w_k.T)  # dK Z
 
         steps = {"ours": ours, "floor": floor, "naive": naive, "floor64": floor64}
-    if floor_operands:
-        steps["floor_lower"] = floor_lower
     return steps
 
 
@@ -531,11 +513,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     header = (
         "| layer | dtype | B | d | J | ours ms | floor ms | naive ms | ours/floor | "
-        "naive/floor | floor64/floor | ours/floor64 | ours/floor_lower | peak MiB | "
+        "naive/floor | floor64/floor | ours/floor64 | peak MiB | "
         "(BJ+J^2) x itemsize MiB |"
     )
     print(header)
-    print("|---" * 15 + "|")
+    print("|---" * 14 + "|")
     rows = []
     for dtype_name in args.dtype:
         dtype = getattr(torch, dtype_name)
@@ -571,8 +553,6 @@ def main(argv: list[str] | None = None) -> None:
                     "ours_floor64_ratio": (
                         _median_ratio(t["ours"], t["floor64"]) if "floor64" in t else nan
                     ),
-                    "floor_lower_ms": 1e3 * med["floor_lower"],
-                    "ours_floor_lower_ratio": _median_ratio(t["ours"], t["floor_lower"]),
                     "peak_mib": mem,
                     "theory_mib": theory,
                 }
@@ -581,7 +561,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {layer} | {dtype_name} | {b} | {d} | {j} | {row['ours_ms']:.1f} | "
                     f"{row['floor_ms']:.1f} | {row['naive_ms']:.1f} | {row['ratio']:.2f} | "
                     f"{row['naive_ratio']:.2f} | {row['floor64_ratio']:.2f} | "
-                    f"{row['ours_floor64_ratio']:.2f} | {row['ours_floor_lower_ratio']:.2f} | "
+                    f"{row['ours_floor64_ratio']:.2f} | "
                     f"{mem:.0f} | {theory:.0f} |",
                     flush=True,
                 )

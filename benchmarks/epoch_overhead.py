@@ -13,12 +13,11 @@ times in one process, alternating:
 
 By default (``--steps interleaved``) a steps-alone epoch runs at the start of every
 Lightning epoch, its time taken out of the epoch it interrupts, so that both kinds see the
-same spells of a machine whose speed drifts (a shared VM: MNIST epoch / steps ranged
-1.00-1.33 over five runs of the same code with the steps timed before and after the fit);
-``--steps around`` times them before and after the fit instead.
+same spells of a machine whose speed drifts; ``--steps around`` times them before and
+after the fit instead.
 
 It prints the mean epoch (over whole validation cycles), the median steps-alone epoch and
-``epoch / steps`` (the issue's bar: at most 1.2), with where
+``epoch / steps`` (the bar: at most 1.2), with where
 the rest of the epoch goes: training batches inside Lightning, validation (read-out refit
 included), and the remainder (hooks, logging, checkpoints).
 

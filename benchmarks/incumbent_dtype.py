@@ -1,12 +1,12 @@
 """What the input dtype costs the incumbent (scikit-learn ``Nystroem`` + ``LinearSVC``).
 
-``reproduce.py`` hands the incumbent float64 inputs since commit 296946c (so that
-``LinearSVC`` takes float64 features without copying them); before, it handed float32.
-This times the incumbent's fit exactly as ``reproduce.run_incumbent`` does (``Nystroem(gamma,
-n_components=J, random_state=seed)``, then ``LinearSVC(C=1, random_state=seed)`` on every
-training row) for each ``--dtypes`` entry in turn, and reports the map's and the SVM's
-seconds apart, liblinear's iteration count and the accuracies. Run one dtype per process
-(one per core, side by side) to compare them on the same machine at the same time::
+``reproduce.py`` hands the incumbent float64 inputs (so that ``LinearSVC`` takes float64
+features without copying them). This times the incumbent's fit exactly as
+``reproduce.run_incumbent`` does (``Nystroem(gamma, n_components=J,
+random_state=seed)``, then ``LinearSVC(C=1, random_state=seed)`` on every training row)
+for each ``--dtypes`` entry in turn, and reports the map's and the SVM's seconds apart,
+liblinear's iteration count and the accuracies. Run one dtype per process (one per core,
+side by side) to compare them on the same machine at the same time::
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/incumbent_dtype.py --dataset covtype \\
         --root DIR/covtype --dims 300 --dtypes float32 --json f32.json

@@ -9,7 +9,7 @@ Prints, for a few ``(gamma, n)``, NysDI computed
 * ``float32 kernels``: ``G = k(X, Z)`` and ``K_Z`` evaluated in float64, rounded to float32,
   then everything else in float64: the least a float32 kernel path could lose (no
   cancellation in the distances), which the library avoids for narrow inputs;
-* ``float32 Gram + PCG`` (CovType table): the issue's mixed scheme. ``G_c`` in float64,
+* ``float32 Gram + PCG`` (CovType table): a mixed scheme. ``G_c`` in float64,
   its Gram ``G_c^T G_c`` formed in float32, ``+ rho K_Z`` and factorised in float64 (with
   the smallest shift ``10^k mean(diag)`` that makes it positive definite) as the
   preconditioner of a conjugate-gradient solve of the exact float64 system ``S A = G_c^T

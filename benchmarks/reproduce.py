@@ -19,9 +19,9 @@ name                      map         what is trained
 Resumable: ``--append`` skips the ``(method, J, repeat)`` rows already in the CSV, so a
 grid cut short continues with the same command.
 
-Protocol (DESIGN.md section 4): features min-max scaled on train; Gaussian kernel with
-``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)`` unless ``--gamma``; ``rho = 1e-4``;
-Adam at ``--lr`` (1e-3), multiplied by 0.1 by
+Protocol (the DI paper's; benchmarks/README.md): features min-max scaled on train;
+Gaussian kernel with ``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)``
+unless ``--gamma``; ``rho = 1e-4``; Adam at ``--lr`` (1e-3), multiplied by 0.1 by
 :class:`kernel_layers.callbacks.PlateauDecay` when the epoch objective saturates
 (``train/di_epoch`` for DI, ``train/loss_epoch`` for LS / CE) and stopped by
 :class:`kernel_layers.callbacks.DISaturationStopping` when it fails to improve after a
@@ -471,8 +471,7 @@ def run_incumbent(
     from sklearn.svm import LinearSVC
 
     # float64 inputs give float64 features, which ``LinearSVC`` takes without the float64
-    # copy it makes of float32 ones: at J = 2000 on CovType's 464810 rows that copy is
-    # 7.4 GB on top of the features and liblinear's own 16 bytes an entry (14.9 GB).
+    # copy it makes of float32 ones (benchmarks/incumbent_dtype.py).
     xtr = x_train.reshape(len(x_train), -1).double().numpy()
     ytr = y_train.numpy()
     xte = x_test.reshape(len(x_test), -1).double().numpy()
@@ -781,7 +780,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     methods = expand_methods(args.methods)
     previous = read_csv(csv_path) if args.append and csv_path.exists() else []
     # Resumable: with --append, rows already in the CSV are not run again (a grid cut
-    # short, e.g. by the end of a session, continues with the same command).
+    # short continues with the same command).
     done = {(r["method"], int(r["J"]), int(r["repeat"])) for r in previous}
     rows: list[dict[str, Any]] = []
     if previous and list(previous[0]) != FIELDS:  # an older layout: rewrite it first

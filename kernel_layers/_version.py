@@ -1,3 +1,3 @@
 """The version of kernel-layers, in one place (read by ``pyproject.toml`` too)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

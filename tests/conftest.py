@@ -1,5 +1,5 @@
-"""Shared pytest configuration and fixtures: ``--runslow``, GPU skipping, seeding and a
-quiet ``Trainer`` factory."""
+"""Shared pytest configuration and fixtures: GPU skipping, seeding and a quiet ``Trainer``
+factory."""
 
 from __future__ import annotations
 
@@ -12,16 +12,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--runslow", action="store_true", default=False, help="run slow tests")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip_slow = pytest.mark.skip(reason="slow: needs --runslow")
     skip_gpu = pytest.mark.skip(reason="gpu: no CUDA device")
     for item in items:
-        if "slow" in item.keywords and not config.getoption("--runslow"):
-            item.add_marker(skip_slow)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 

@@ -48,8 +48,6 @@ def test_main_writes_rows(tmp_path: Path) -> None:
     assert [(r["layer"], r["J"]) for r in data["steps"]] == [("fourier", 40), ("nystrom", 40)]
     for row in data["steps"]:
         assert row["ours_ms"] > 0 and row["floor_ms"] > 0 and row["ratio"] > 0
-        # The stricter floor (its Gram as a lower triangle) is timed in every row.
-        assert row["floor_lower_ms"] > 0 and row["ours_floor_lower_ratio"] > 0
     fourier, nystrom = data["steps"]
     # The float64 floor is Nystrom's (NysDI's precision rule), absent (NaN) for Fourier.
     assert math.isnan(fourier["floor64_ms"]) and math.isnan(fourier["floor64_ratio"])

@@ -20,7 +20,7 @@ from kernel_layers import KernelClassifier
 from kernel_layers.cli.entry import main
 from kernel_layers.data import DigitsDataModule
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "svm_readout.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "svm_readout.py"
 
 
 @pytest.fixture(scope="module")

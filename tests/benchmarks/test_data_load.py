@@ -9,7 +9,7 @@ from pathlib import Path
 
 from formats import write_covtype
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "data_load.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "data_load.py"
 
 
 def test_data_load_reports_covtype_tensors(tmp_path: Path) -> None:

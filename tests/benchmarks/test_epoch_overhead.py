@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "epoch_overhead.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "epoch_overhead.py"
 
 
 def test_epoch_overhead_reports_the_recipe_epoch_and_its_parts(tmp_path: Path) -> None:

@@ -1,0 +1,98 @@
+"""The data readers on damaged or hostile files: wrong label types, truncated or corrupt
+gzip, empty IDX files, and pickles in a data folder that are never unpickled."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from formats import IDX_NAMES, make_mnist_dir, write_covtype
+
+from kernel_layers.data import CovTypeDataModule, MNISTDataModule
+from kernel_layers.data.readers import read_idx
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+
+
+def test_float_idx_labels_are_refused(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path)
+    labels = tmp_path / IDX_NAMES[1]
+    values = np.arange(50, dtype=">f4") % 10 + 0.5
+    labels.write_bytes(bytes([0, 0, 0x0D, 1]) + (50).to_bytes(4, "big") + values.tobytes())
+    with pytest.raises(
+        ValueError,
+        match=r"MNISTDataModule: '.*train-labels-idx1-ubyte' must hold integer labels .*"
+        r"got dtype float32",
+    ):
+        MNISTDataModule(tmp_path, download=False, val_fraction=0.0).setup()
+
+
+def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path, gz=True)
+    path = tmp_path / (IDX_NAMES[0] + ".gz")
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(
+        ValueError, match=r"'.*train-images-idx3-ubyte.gz' is a truncated or corrupt"
+    ):
+        read_idx(path)
+    path.write_bytes(b"\x1f\x8b" + b"garbage" * 10)
+    with pytest.raises(ValueError, match=r"train-images-idx3-ubyte.gz' is a truncated or corrupt"):
+        MNISTDataModule(tmp_path, download=False).setup()
+
+
+def test_corrupt_covtype_gzip_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "covtype.data.gz"
+    write_covtype(path, n=50)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"covtype.data.gz' is a truncated or corrupt gzip"):
+        CovTypeDataModule(tmp_path, download=False).setup()
+
+
+def test_idx_file_with_zero_images_is_refused(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path)
+    (tmp_path / IDX_NAMES[0]).write_bytes(bytes([0, 0, 8, 3]) + b"\0\0\0\0" + b"\0\0\0\x1c" * 2)
+    with pytest.raises(ValueError, match=r"must hold at least one image, got 0"):
+        MNISTDataModule(tmp_path, download=False).setup()
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # unpickling writes a marker file: the code ran
+        return (Path.write_text, (Path(self.marker), "ran"))
+
+
+def test_sklearn_cache_pickle_in_the_data_folder_is_never_unpickled(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    cache = tmp_path / "covertype"
+    cache.mkdir()
+    for name in ("samples_py3", "targets_py3"):
+        with open(cache / name, "wb") as fh:
+            pickle.dump(_Payload(str(marker)), fh)
+    with pytest.raises(
+        ValueError,
+        match=r"CovTypeDataModule: refusing to read scikit-learn's pickled cache "
+        r"'.*covertype' \(loading a pickle can run code",
+    ):
+        CovTypeDataModule(tmp_path, download=False).setup()
+    assert not marker.exists()
+    write_covtype(tmp_path / "covtype.data.gz", n=60)  # the CSV beside it is read instead
+    dm = CovTypeDataModule(tmp_path, download=False, val_fraction=0.0)
+    dm.setup()
+    assert not marker.exists() and len(dm.train_dataset) + len(dm.test_dataset) == 60
+
+
+def test_gzip_helper_round_trip(tmp_path: Path) -> None:
+    """The test's own helper writes real gzip (guards the truncation tests above)."""
+    path = tmp_path / "x.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(b"abc")
+    assert gzip.decompress(path.read_bytes()) == b"abc"

@@ -1,0 +1,72 @@
+"""DI on float32 features: huge values, nearly rank-deficient features and the choice of
+the float32 or float64 factorisation, against float64."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+from kernel_layers import (
+    FourierLayer,
+    NystromLayer,
+    discriminant_information,
+)
+from kernel_layers.data import DigitsDataModule
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+
+
+def test_di_of_huge_float32_features_is_correct() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(100, 20, generator=gen), torch.randint(0, 3, (100,), generator=gen)
+    reference = discriminant_information((x * 1e19).double(), y).item()
+    value = discriminant_information(x * 1e19, y).item()
+    assert value == pytest.approx(reference, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("batch", "width", "form"),
+    [(50, 500, "dual"), (50, 500, "primal"), (1000, 100, "primal"), (600, 300, "auto")],
+)
+def test_float32_di_of_nearly_rank_deficient_features_matches_float64(
+    batch: int, width: int, form: str
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    low_rank = torch.randn(batch, 5, generator=gen, dtype=torch.float64) @ torch.randn(
+        5, width, generator=gen, dtype=torch.float64
+    )
+    x = low_rank + 1e-3 * torch.randn(batch, width, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+    reference = discriminant_information(x, y, form=form).item()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no jitter warning either: the Gram is exact
+        value = discriminant_information(x.float(), y, form=form).item()
+    assert abs(value - reference) < 1e-3
+
+
+def test_well_conditioned_float32_features_keep_float32_products(monkeypatch) -> None:
+    from kernel_layers.objectives import solve
+
+    factors = []
+    original = solve.factor_scatter
+
+    def spy(scatter, ridge, dtype, owner):
+        factor = original(scatter, ridge, dtype, owner)
+        factors.append(None if factor is None else factor.dtype)
+        return factor
+
+    monkeypatch.setattr(solve, "factor_scatter", spy)
+    dm = DigitsDataModule()
+    x, y = dm.train_features()[:1000], dm.train_targets()[:1000]
+    for layer in (FourierLayer(64, 300, gamma=0.02, seed=0), NystromLayer(64, 300, gamma=0.02)):
+        with torch.no_grad():
+            discriminant_information(layer(x), y)
+    # Both keep the float32 Gram (None would mean it was redone in float64); Fourier's
+    # round-off estimate also allows a float32 factor, the Nystrom features' does not.
+    assert factors == [torch.float32, torch.float64]

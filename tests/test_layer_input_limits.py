@@ -1,0 +1,78 @@
+"""The layers' input limits: inputs and gammas that would overflow float32 are refused by
+name, float64 layers take them; bad seeds, meta tensors, wrong devices and widths fail at
+once."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from kernel_layers import (
+    FourierLayer,
+    NystromLayer,
+)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+
+
+F32_MAX = torch.finfo(torch.float32).max
+
+
+def test_inputs_near_the_float32_limit_are_refused_by_name() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"NystromLayer: argument 'x' must have entries with \|value\| <= 4.61e\+18 in "
+        r"torch.float32 \(larger ones overflow the squared distances to the landmarks\), "
+        r"got max \|value\| = 3e\+38",
+    ):
+        NystromLayer(4, 8)(torch.full((16, 4), 3e38))
+    with pytest.raises(ValueError, match=r"FourierLayer: argument 'x' must have entries with"):
+        FourierLayer(4, 8)(torch.full((2, 4), 3e38))
+    # The old check summed the entries: the sum overflowed and reported a count of 0.
+    with pytest.raises(ValueError, match=r"argument 'x' must be finite, got 1 NaN/Inf"):
+        NystromLayer(4, 8)(torch.tensor([[F32_MAX, F32_MAX, 1.0, float("inf")]]))
+
+
+def test_float64_layers_take_large_inputs() -> None:
+    x = torch.full((3, 4), 1e30, dtype=torch.float64)
+    out = NystromLayer(4, 8, dtype=torch.float64)(x)
+    assert torch.isfinite(out).all()
+
+
+def test_fourier_gamma_that_overflows_the_frequencies_is_refused() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"FourierLayer: argument 'gamma' must keep the phases x W of inputs in \[0, 1\] "
+        r"finite in torch.float32, got gamma=1e\+300",
+    ):
+        FourierLayer(4, 8, gamma=1e300)
+    wide = FourierLayer(4, 8, gamma=1e300, dtype=torch.float64)
+    assert torch.isfinite(wide(torch.rand(2, 4, dtype=torch.float64))).all()
+
+
+@pytest.mark.parametrize("seed", [1.5, True, "1"])
+def test_non_integer_seed_is_refused(seed: object) -> None:
+    with pytest.raises(TypeError, match=r"argument 'seed' must be an integer >= 0"):
+        FourierLayer(4, 8, seed=seed)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"argument 'seed' must be an integer >= 0"):
+        NystromLayer(4, 8, seed=seed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cls", [NystromLayer, FourierLayer])
+def test_meta_wrong_device_and_wrong_width_inputs_fail_at_the_first_call(cls: type) -> None:
+    name = cls.__name__
+    with pytest.raises(ValueError, match=rf"{name}: argument 'x' must have last dimension 4"):
+        cls(4, 8)(torch.rand(3, 5))
+    with pytest.raises(ValueError, match=rf"{name}: argument 'x' must hold data, got a meta"):
+        cls(4, 8)(torch.rand(3, 4, device="meta"))
+    layer = cls(4, 8)
+    layer.to("meta")
+    with pytest.raises(
+        ValueError, match=rf"{name}: argument 'x' must be on the layer's device meta, got cpu"
+    ):
+        layer(torch.rand(3, 4))
