@@ -14,7 +14,7 @@ For each layer and size ``(B, d, J)`` the script times, in the same process and 
   same way: the float64 Gram (:func:`~kernel_layers.numerics.linalg.gram_matrix`) of
   ``[G_c, Y_c]`` (``B x (J + L)``), the float64 Cholesky factorisation of order ``J``,
   and the kernel products ``X Z^T``, ``Z Z^T``, ``dH^T X``, ``dK Z`` in the dtype
-  :func:`~kernel_layers.numerics.linalg.kernel_dtype` picks (float64 for narrow inputs such as
+  :func:`~kernel_layers.numerics.precision.kernel_dtype` picks (float64 for narrow inputs such as
   CovType's 54 columns). ``floor64 / floor`` is the part of ``ours / floor`` that no
   implementation keeping the precision can remove; ``ours / floor64`` is what is left.
 
@@ -68,7 +68,8 @@ from kernel_layers import (
 )
 from kernel_layers.cli.allocator import keep_freed_host_memory
 from kernel_layers.layers.nystrom import default_jitter
-from kernel_layers.numerics.linalg import SOLVE_DTYPE, cholesky_ex, gram_matrix, kernel_dtype
+from kernel_layers.numerics.linalg import cholesky_ex, gram_matrix
+from kernel_layers.numerics.precision import SOLVE_DTYPE, kernel_dtype
 
 SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
 NUM_CLASSES = 10

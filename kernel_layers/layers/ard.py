@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_bool
-from kernel_layers.numerics.linalg import upcast
+from kernel_layers.numerics.precision import upcast
 
 __all__ = ["Bandwidths", "block_index", "check_blocks"]
 

@@ -31,7 +31,7 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.numerics.linalg import autocast_off, distance_limit, upcast
+from kernel_layers.numerics.precision import autocast_off, distance_limit, upcast
 
 __all__ = ["FastfoodLayer", "hadamard_transform"]
 

@@ -21,12 +21,8 @@ from kernel_layers.kernels import Kernel, spectral_quantiles
 from kernel_layers.layers.ard import Bandwidths
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.kernel_choice import KernelChoice
-from kernel_layers.numerics.linalg import (
-    autocast_off,
-    distance_limit,
-    refuse_double_backward,
-    upcast,
-)
+from kernel_layers.numerics.linalg import refuse_double_backward
+from kernel_layers.numerics.precision import autocast_off, distance_limit, upcast
 
 __all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
 

@@ -10,7 +10,7 @@ from torch import Tensor
 from kernel_layers._random import make_generator
 from kernel_layers._validation import check_choice, check_int, check_matrix, check_positive
 from kernel_layers.kernels import Kernel, get_kernel
-from kernel_layers.numerics.linalg import DISTANCE_OVERFLOW, data_limit
+from kernel_layers.numerics.precision import DISTANCE_OVERFLOW, data_limit
 from kernel_layers.selection.landmarks import (
     DEFAULT_ETA,
     greedy_landmarks,

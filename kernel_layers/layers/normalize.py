@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
-from kernel_layers.numerics.linalg import SUM_OVERFLOW, sum_limit
+from kernel_layers.numerics.precision import SUM_OVERFLOW, sum_limit
 
 __all__ = [
     "NORM_EPS",

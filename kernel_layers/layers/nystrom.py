@@ -24,14 +24,12 @@ from kernel_layers.layers.kernel_choice import KernelChoice
 from kernel_layers.layers.landmark_init import INITS, select_landmarks
 from kernel_layers.layers.nystrom_rank import EIGEN_RTOL, rank_k_map
 from kernel_layers.layers.projection_cache import ProjectionCache
-from kernel_layers.numerics.linalg import (
+from kernel_layers.numerics.linalg import default_jitter, landmark_gram, robust_cholesky
+from kernel_layers.numerics.precision import (
     DISTANCE_OVERFLOW,
     autocast_off,
     data_limit,
-    default_jitter,
     distance_limit,
-    landmark_gram,
-    robust_cholesky,
     upcast,
 )
 from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information

@@ -2,8 +2,7 @@
 Gram matrix, the Cholesky factorisation with escalating jitter, the landmark kernel's
 jitter.
 
-The dtype rules live in :mod:`kernel_layers.numerics.precision`; the names of theirs
-that this module lists in ``__all__`` are re-exported for existing imports.
+The dtype rules live in :mod:`kernel_layers.numerics.precision`.
 """
 
 from __future__ import annotations
@@ -17,44 +16,21 @@ from torch import Tensor
 
 from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.precision import (
-    DISTANCE_OVERFLOW,
-    HALF_DTYPES,
-    NARROW_INPUT_RATIO,
-    NARROW_INPUT_WIDTH,
     SOLVE_DTYPE,
-    SUM_OVERFLOW,
-    autocast_off,
-    data_limit,
-    distance_limit,
-    kernel_dtype,
-    sum_limit,
-    upcast,
 )
 
 __all__ = [
     "CHOLESKY_JITTER",
-    "DISTANCE_OVERFLOW",
-    "HALF_DTYPES",
     "JITTER",
     "JITTER_GROWTH",
     "MAX_JITTER_TRIES",
-    "NARROW_INPUT_RATIO",
-    "NARROW_INPUT_WIDTH",
-    "SOLVE_DTYPE",
-    "SUM_OVERFLOW",
-    "autocast_off",
     "cholesky_ex",
-    "data_limit",
     "default_jitter",
-    "distance_limit",
     "gram_matrix",
-    "kernel_dtype",
     "landmark_gram",
     "refuse_double_backward",
     "robust_cholesky",
     "robust_cholesky_in_place",
-    "sum_limit",
-    "upcast",
 ]
 
 

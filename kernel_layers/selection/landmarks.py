@@ -39,7 +39,7 @@ from kernel_layers._validation import (
     check_positive,
 )
 from kernel_layers.kernels import Kernel, get_kernel, squared_distances
-from kernel_layers.numerics.linalg import DISTANCE_OVERFLOW, data_limit
+from kernel_layers.numerics.precision import DISTANCE_OVERFLOW, data_limit
 
 __all__ = [
     "DEFAULT_ETA",

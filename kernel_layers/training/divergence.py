@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from kernel_layers.numerics.deferred import DeferredChecks, deferred_checks
-from kernel_layers.numerics.linalg import distance_limit
+from kernel_layers.numerics.precision import distance_limit
 
 __all__ = ["DivergenceGuard"]
 
@@ -134,7 +134,7 @@ class DivergenceGuard:
     ) -> None:
         """``optimizer.step(closure)`` then ``after_step()`` (e.g. a proximal step), kept
         undoable until the next step succeeds; a step that makes a parameter reach
-        beyond :func:`~kernel_layers.numerics.linalg.distance_limit` or NaN stops the fit.
+        beyond :func:`~kernel_layers.numerics.precision.distance_limit` or NaN stops the fit.
         """
         if self.stop_reason is not None:  # no further step (Lightning still needs the
             if closure is not None:  # closure to run)
