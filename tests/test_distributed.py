@@ -152,9 +152,7 @@ def test_lightning_ddp_equals_single_process_with_doubled_batch(tmp_path: Path, 
     ddp, single = torch.load(tmp_path / "ddp.pt"), torch.load(tmp_path / "single.pt")
     assert ddp.keys() == single.keys()
     # The two runs sum the same rows in different orders; NysDI's float64 solve (jitter
-    # 1e-10) carries those roundings into the steps: the landmarks of the two runs were
-    # 3.8e-11 apart at most with the library of 2026-11-27 (12cc97b) and 4.1e-11 after its
-    # NysDI changes (unit-scale landmarks), so 1e-10 absolute.
+    # 1e-10) carries those roundings into the steps, so the landmarks agree to 1e-10.
     for name in ddp:
         torch.testing.assert_close(ddp[name], single[name], rtol=1e-9, atol=1e-10, msg=name)
     start = (
