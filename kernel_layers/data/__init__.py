@@ -26,7 +26,7 @@ module                      features     train / test     classes  source
 ==========================  ===========  ===============  =======  =======================
 
 With no network and no local files a module fails at once with
-:class:`~kernel_layers.data.readers.DatasetNotFoundError` (a
+:class:`~kernel_layers.data.network.DatasetNotFoundError` (a
 :class:`FileNotFoundError`), naming the directory to fill and the files expected there.
 
 Example:
@@ -41,18 +41,15 @@ Example:
 
 from __future__ import annotations
 
-from kernel_layers.data.base import (
-    DEFAULT_BATCH_SIZE,
-    ArrayDataModule,
-    TensorDataModule,
-    default_batch_size,
-)
+from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.data.covtype import COVTYPE_TEST_SIZE, COVTYPE_TRAIN_SIZE, CovTypeDataModule
 from kernel_layers.data.digits import DigitsDataModule
 from kernel_layers.data.letter import LETTER_TEST_SIZE, LETTER_TRAIN_SIZE, LetterDataModule
+from kernel_layers.data.loaders import DEFAULT_BATCH_SIZE, default_batch_size
 from kernel_layers.data.mnist import FashionMNISTDataModule, MNISTDataModule
-from kernel_layers.data.readers import DatasetNotFoundError
+from kernel_layers.data.network import DatasetNotFoundError
 from kernel_layers.data.scaling import InputScaling
+from kernel_layers.data.tensor import TensorDataModule
 
 __all__ = [
     "COVTYPE_TEST_SIZE",

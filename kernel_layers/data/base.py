@@ -1,4 +1,9 @@
-"""The base data module: in-memory arrays, the paper's scaling, splits and loaders."""
+"""The base data module: in-memory arrays, the paper's scaling, splits and loaders.
+
+Built from :mod:`~kernel_layers.data.splits`, :mod:`~kernel_layers.data.scaling` and
+:mod:`~kernel_layers.data.loaders`; :class:`TensorDataModule` is in
+:mod:`~kernel_layers.data.tensor`.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +22,16 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers._validation import check_bool, check_choice, check_fraction, check_int
-from kernel_layers.data.readers import read_feature_rows
-from kernel_layers.data.sampling import ResumableLoader
-from kernel_layers.data.scaling import InputScaling
+from kernel_layers.data.loaders import (
+    DEFAULT_BATCH_SIZE,
+    BatchedTensorDataset,
+    default_batch_size,
+    make_loader,
+)
+from kernel_layers.data.network import failure_reason
+from kernel_layers.data.scaling import InputScaling, fit_min_max, scale_rows
+from kernel_layers.data.splits import check_arrays, split_seeds, validation_split
+from kernel_layers.data.user_files import read_feature_rows
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -28,7 +40,6 @@ __all__ = [
     "ArrayDataModule",
     "RawArrays",
     "Scaling",
-    "TensorDataModule",
     "default_batch_size",
     "failure_reason",
     "split_seeds",
@@ -36,66 +47,13 @@ __all__ = [
 
 #: Splits that ``predict`` can serve (:meth:`ArrayDataModule.set_predict_source`).
 PREDICT_SPLITS = ("train", "val", "test")
-DEFAULT_BATCH_SIZE = 1000
-#: Batch size of the paper when ``J > 500`` is ``BATCH_PER_FEATURE * J``.
-BATCH_PER_FEATURE = 2
 #: Fraction of the training split held out for validation by default.
 DEFAULT_VAL_FRACTION = 0.1
-#: A column whose training range is at most this (relative to its magnitude) is constant.
-CONSTANT_COLUMN_RTOL = 1e-12
-#: Rows scaled per chunk (bounds the float64 working memory of the scaler).
-SCALE_CHUNK_ROWS = 8192
 
 Scaling = Literal["feature", "global"]
 _SCALINGS = ("feature", "global")
 #: ``(x_train [N, D], y_train [N], x_test [M, D], y_test [M])`` as loaded from disk.
 RawArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def default_batch_size(num_features: int | None) -> int:
-    """The paper's batch-size rule: ``max(1000, 2 J)``, or ``1000`` when ``J`` is unknown.
-
-    Args:
-        num_features: output width ``J`` of the kernel layer, or ``None``.
-
-    Returns:
-        int: the batch size.
-    """
-    if num_features is None:
-        return DEFAULT_BATCH_SIZE
-    return max(DEFAULT_BATCH_SIZE, BATCH_PER_FEATURE * num_features)
-
-
-class _BatchedTensorDataset(TensorDataset):
-    """A :class:`TensorDataset` that serves a whole batch with one fancy-indexing call.
-
-    ``DataLoader`` hands the list of indices of a batch to ``__getitems__``; gathering
-    ``x[idx]`` at once is one to two orders of magnitude faster than stacking ``B``
-    single rows, which matters when the DI step itself takes milliseconds.
-    """
-
-    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        return tuple(t[index] for t in self.tensors)
-
-
-def _collate_batched(batch: tuple[Tensor, ...]) -> list[Tensor]:
-    """Collate for :class:`_BatchedTensorDataset`: the batch is already stacked."""
-    return list(batch)
-
-
-def split_seeds(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
-    """Independent generators for the train/test split and the validation split."""
-    test_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
-    return np.random.default_rng(test_seq), np.random.default_rng(val_seq)
-
-
-def failure_reason(err: BaseException) -> str:
-    """One-line description of a download failure."""
-    text = " ".join(str(err).split())
-    if len(text) > 300:
-        text = text[:297] + "..."
-    return f"the download failed ({type(err).__name__}: {text})"
 
 
 class ArrayDataModule(LightningDataModule):
@@ -267,72 +225,28 @@ class ArrayDataModule(LightningDataModule):
         x_train, y_train, x_test, y_test = self._locate()()
         self._build(x_train, y_train, x_test, y_test)
 
-    def _check_arrays(self, x: np.ndarray, y: np.ndarray, split: str) -> tuple[np.ndarray, ...]:
-        x = np.asarray(x)
-        y = np.asarray(y)
-        x = x.reshape(len(x), -1)
-        if x.shape[1] != self.in_features:
-            raise ValueError(
-                f"{self._name}: {split} features must have {self.in_features} columns, "
-                f"got {x.shape[1]}"
-            )
-        if y.ndim != 1 or len(y) != len(x):
-            raise ValueError(
-                f"{self._name}: {split} labels must have shape [{len(x)}], got {list(y.shape)}"
-            )
-        if len(y) and (
-            not np.all(np.isfinite(y))
-            or not np.all(y == np.round(y))
-            or y.min() < 0
-            or y.max() >= self.num_classes
-        ):
-            raise ValueError(
-                f"{self._name}: {split} labels must be integers in [0, {self.num_classes}), "
-                f"got values in [{y.min()}, {y.max()}]"
-            )
-        if not np.issubdtype(x.dtype, np.integer) and not np.all(np.isfinite(x)):
-            raise ValueError(f"{self._name}: {split} features contain NaN or Inf")
-        return x, y.astype(np.int64)
-
     def _build(
         self, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
     ) -> None:
         """Split validation rows off, fit the scaler on the training rows, build datasets."""
-        x_train, y_train = self._check_arrays(x_train, y_train, "train")
-        x_test, y_test = self._check_arrays(x_test, y_test, "test")
-        n = len(x_train)
-        n_val = round(self.val_fraction * n)
-        if self.val_fraction > 0:
-            n_val = max(n_val, 1)
-        if n - n_val < 1:
-            raise ValueError(
-                f"{self._name}: the training split has {n} rows, too few to hold out "
-                f"val_fraction={self.val_fraction} for validation"
-            )
-        _, val_rng = split_seeds(self.seed)
-        perm = val_rng.permutation(n)
-        val_idx, fit_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        sizes = {"in_features": self.in_features, "num_classes": self.num_classes}
+        x_train, y_train = check_arrays(self._name, x_train, y_train, "train", **sizes)
+        x_test, y_test = check_arrays(self._name, x_test, y_test, "test", **sizes)
+        val_idx, fit_idx = validation_split(self._name, len(x_train), self.val_fraction, self.seed)
         x_fit = x_train[fit_idx]
         self._fit_scaler(x_fit)
         self.train_dataset = self._dataset(x_fit, y_train[fit_idx], clip=True)
         self.val_dataset = (
-            self._dataset(x_train[val_idx], y_train[val_idx], clip=self.clip) if n_val else None
+            self._dataset(x_train[val_idx], y_train[val_idx], clip=self.clip)
+            if len(val_idx)
+            else None
         )
         self.test_dataset = self._dataset(x_test, y_test, clip=self.clip)
 
     def _fit_scaler(self, x: np.ndarray) -> None:
         """Min-max statistics of ``x (np.ndarray[N, D])`` (global or per column)."""
-        if self.scaling == "global":
-            lo = np.full(x.shape[1], x.min(), dtype=np.float64)
-            hi = np.full(x.shape[1], x.max(), dtype=np.float64)
-        else:
-            lo = x.min(axis=0).astype(np.float64)
-            hi = x.max(axis=0).astype(np.float64)
-        span = hi - lo
-        constant = span <= CONSTANT_COLUMN_RTOL * np.maximum(1.0, np.maximum(abs(lo), abs(hi)))
+        lo, hi, self._divisor, self._keep = fit_min_max(x, global_range=self.scaling == "global")
         self._shift = lo
-        self._divisor = np.where(constant, 1.0, span)
-        self._keep = (~constant).astype(np.float64)
         self.data_min = torch.from_numpy(lo.copy())
         self.data_max = torch.from_numpy(hi.copy())
 
@@ -340,18 +254,11 @@ class ArrayDataModule(LightningDataModule):
         """Scale ``x (np.ndarray[N, D])`` into a new ``Tensor[N, D]`` of float32."""
         if self._shift is None or self._divisor is None or self._keep is None:
             raise RuntimeError(f"{self._name}: call setup() before scaling features")
-        out = torch.empty(x.shape, dtype=torch.float32)
-        for start in range(0, len(x), SCALE_CHUNK_ROWS):
-            chunk = x[start : start + SCALE_CHUNK_ROWS].astype(np.float64)
-            chunk = (chunk - self._shift) / self._divisor * self._keep
-            if clip:
-                np.clip(chunk, 0.0, 1.0, out=chunk)
-            out[start : start + len(chunk)] = torch.from_numpy(chunk)
-        return out
+        return scale_rows(x, self._shift, self._divisor, self._keep, clip=clip)
 
     def _dataset(self, x: np.ndarray, y: np.ndarray, *, clip: bool) -> TensorDataset:
         features = self._scale(x, clip=clip).reshape(len(x), *self.input_shape)
-        return _BatchedTensorDataset(features, torch.from_numpy(y))
+        return BatchedTensorDataset(features, torch.from_numpy(y))
 
     def transform(self, x: Tensor | np.ndarray) -> Tensor:
         """Scale new raw features with the training statistics (no clipping).
@@ -419,30 +326,17 @@ class ArrayDataModule(LightningDataModule):
                 )
                 self._warned_cap = True
             batch_size = len(dataset)
-        options: dict[str, Any] = {
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.num_workers > 0,
-            "collate_fn": _collate_batched,
-        }
         trainer = getattr(self, "trainer", None)
-        if train and (trainer is None or trainer.world_size == 1):
-            # Seeded per epoch and stateful: a fit killed mid-epoch resumes on exactly the
-            # same batches. (Under DDP, Lightning swaps in its DistributedSampler.)
-            return ResumableLoader(
-                dataset,
-                batch_size=batch_size,
-                seed=self.seed,
-                shuffle=self.shuffle,
-                drop_last=self.drop_last,
-                **options,
-            )
-        return DataLoader(
+        return make_loader(
             dataset,
             batch_size=batch_size,
-            shuffle=train and self.shuffle,
-            drop_last=train and self.drop_last,
-            **options,
+            train=train,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            single_process=trainer is None or trainer.world_size == 1,
         )
 
     def _require(self, dataset: TensorDataset | None, split: str) -> TensorDataset:
@@ -501,7 +395,7 @@ class ArrayDataModule(LightningDataModule):
             self.setup()
             shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
             raw = read_feature_rows(path, shape, owner=self._name)
-            return self._loader(_BatchedTensorDataset(self.transform(raw)), train=False)
+            return self._loader(BatchedTensorDataset(self.transform(raw)), train=False)
         split = getattr(self, "_predict_split", "test")
         datasets = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}
         if split == "val" and self.val_dataset is None and self.train_dataset is not None:
@@ -512,48 +406,11 @@ class ArrayDataModule(LightningDataModule):
         return self._loader(self._require(datasets[split], split), train=False)
 
 
-class TensorDataModule(ArrayDataModule):
-    """Data module over arrays already in memory (generated data, user data, tests).
+def __getattr__(name: str) -> Any:
+    """``TensorDataModule``, defined in :mod:`kernel_layers.data.tensor` (which imports
+    this module), stays importable from here."""
+    if name == "TensorDataModule":
+        from kernel_layers.data.tensor import TensorDataModule
 
-    Args:
-        x_train (Tensor[N, *S] | np.ndarray): raw training features of sample shape ``S``.
-        y_train (Tensor[N] | np.ndarray): integer training labels in ``[0, num_classes)``.
-        x_test (Tensor[M, *S] | np.ndarray): raw test features.
-        y_test (Tensor[M] | np.ndarray): integer test labels.
-        num_classes: number of classes; ``None`` infers ``max(label) + 1``.
-        **kwargs: the options of :class:`ArrayDataModule` (``batch_size``,
-            ``num_features``, ``val_fraction``, ``scaling``, ...).
-    """
-
-    def __init__(
-        self,
-        x_train: Tensor | np.ndarray,
-        y_train: Tensor | np.ndarray,
-        x_test: Tensor | np.ndarray,
-        y_test: Tensor | np.ndarray,
-        *,
-        num_classes: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._check_int("num_classes", num_classes, 1, optional=True)
-        arrays = [
-            t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
-            for t in (x_train, y_train, x_test, y_test)
-        ]
-        if arrays[0].ndim < 2 or arrays[2].shape[1:] != arrays[0].shape[1:]:
-            raise ValueError(
-                f"{self._name}: x_train must be [N, *S] and x_test [M, *S] with the same S, "
-                f"got {list(arrays[0].shape)} and {list(arrays[2].shape)}"
-            )
-        self._arrays: RawArrays = (arrays[0], arrays[1], arrays[2], arrays[3])
-        self.input_shape = tuple(int(s) for s in arrays[0].shape[1:])
-        self.in_features = int(np.prod(self.input_shape))
-        if num_classes is None:
-            labels = np.concatenate([arrays[1].ravel(), arrays[3].ravel()])
-            num_classes = int(labels.max()) + 1 if labels.size else 1
-        self.num_classes = num_classes
-        self._save_options(ignore=["x_train", "y_train", "x_test", "y_test"])
-
-    def _locate(self) -> Callable[[], RawArrays]:
-        return lambda: self._arrays
+        return TensorDataModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

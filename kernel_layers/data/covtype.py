@@ -7,19 +7,11 @@ from collections.abc import Callable
 import numpy as np
 
 from kernel_layers.data import readers
-from kernel_layers.data.base import (
-    RawArrays,
-    failure_reason,
-    split_seeds,
-)
-from kernel_layers.data.readers import (
-    DatasetNotFoundError,
-    download_timeout,
-    read_arrays,
-    read_covtype_csv,
-    write_arrays,
-)
+from kernel_layers.data.base import RawArrays
+from kernel_layers.data.network import DatasetNotFoundError, download_timeout, failure_reason
+from kernel_layers.data.readers import read_arrays, read_covtype_csv, write_arrays
 from kernel_layers.data.sklearn_home import SklearnHomeDataModule
+from kernel_layers.data.splits import split_seeds
 
 __all__ = ["COVTYPE_TEST_SIZE", "COVTYPE_TRAIN_SIZE", "CovTypeDataModule"]
 

@@ -7,14 +7,15 @@ from collections.abc import Callable
 import numpy as np
 
 from kernel_layers.data import readers
-from kernel_layers.data.base import RawArrays, failure_reason
-from kernel_layers.data.readers import (
+from kernel_layers.data.base import RawArrays
+from kernel_layers.data.network import (
     DOWNLOAD_TIMEOUT_S,
     PROBE_TIMEOUT_S,
     DatasetNotFoundError,
     download_timeout,
-    read_letter_csv,
+    failure_reason,
 )
+from kernel_layers.data.readers import read_letter_csv
 from kernel_layers.data.sklearn_home import SklearnHomeDataModule
 
 __all__ = ["LETTER_TEST_SIZE", "LETTER_TRAIN_SIZE", "LetterDataModule"]

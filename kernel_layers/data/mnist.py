@@ -11,17 +11,9 @@ import numpy as np
 
 from kernel_layers.data import readers
 from kernel_layers.data.augment import draw_shift_flip, shift_flip, step_generator
-from kernel_layers.data.base import (
-    ArrayDataModule,
-    RawArrays,
-    Scaling,
-    failure_reason,
-)
-from kernel_layers.data.readers import (
-    DatasetNotFoundError,
-    download_timeout,
-    read_idx,
-)
+from kernel_layers.data.base import ArrayDataModule, RawArrays, Scaling
+from kernel_layers.data.idx import read_idx
+from kernel_layers.data.network import DatasetNotFoundError, download_timeout, failure_reason
 
 __all__ = ["MNIST_IDX_FILES", "MNIST_IMAGE_SHAPE", "FashionMNISTDataModule", "MNISTDataModule"]
 

@@ -1,4 +1,4 @@
-"""A data module's min-max scaling of raw features as a module, for inference and export."""
+"""A data module's min-max scaling of raw features: fitting it, applying it, and as a module."""
 
 from __future__ import annotations
 
@@ -8,7 +8,62 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["InputScaling"]
+__all__ = ["CONSTANT_COLUMN_RTOL", "SCALE_CHUNK_ROWS", "InputScaling", "fit_min_max", "scale_rows"]
+
+#: A column whose training range is at most this (relative to its magnitude) is constant.
+CONSTANT_COLUMN_RTOL = 1e-12
+#: Rows scaled per chunk (bounds the float64 working memory of the scaler).
+SCALE_CHUNK_ROWS = 8192
+
+
+def fit_min_max(
+    x: np.ndarray, *, global_range: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Min-max statistics of the training rows ``x (np.ndarray[N, D])``.
+
+    Args:
+        x: raw training features.
+        global_range: one minimum and maximum for all columns instead of per column.
+
+    Returns:
+        tuple: float64 ``lo``, ``hi``, ``divisor`` and ``keep`` (each ``np.ndarray[D]``);
+        a constant column has divisor ``1`` and keep ``0``, every other column divisor
+        ``hi - lo`` and keep ``1``.
+    """
+    if global_range:
+        lo = np.full(x.shape[1], x.min(), dtype=np.float64)
+        hi = np.full(x.shape[1], x.max(), dtype=np.float64)
+    else:
+        lo = x.min(axis=0).astype(np.float64)
+        hi = x.max(axis=0).astype(np.float64)
+    span = hi - lo
+    constant = span <= CONSTANT_COLUMN_RTOL * np.maximum(1.0, np.maximum(abs(lo), abs(hi)))
+    return lo, hi, np.where(constant, 1.0, span), (~constant).astype(np.float64)
+
+
+def scale_rows(
+    x: np.ndarray, shift: np.ndarray, divisor: np.ndarray, keep: np.ndarray, *, clip: bool
+) -> Tensor:
+    """``(x - shift) / divisor * keep`` in float64, chunk by chunk, as float32.
+
+    Args:
+        x (np.ndarray[N, D]): raw features.
+        shift (np.ndarray[D]): per-column minimum.
+        divisor (np.ndarray[D]): per-column span (``1`` for constant columns).
+        keep (np.ndarray[D]): ``1`` for varying columns, ``0`` for constant ones.
+        clip: clip the scaled values to ``[0, 1]``.
+
+    Returns:
+        Tensor[N, D]: a new float32 tensor.
+    """
+    out = torch.empty(x.shape, dtype=torch.float32)
+    for start in range(0, len(x), SCALE_CHUNK_ROWS):
+        chunk = x[start : start + SCALE_CHUNK_ROWS].astype(np.float64)
+        chunk = (chunk - shift) / divisor * keep
+        if clip:
+            np.clip(chunk, 0.0, 1.0, out=chunk)
+        out[start : start + len(chunk)] = torch.from_numpy(chunk)
+    return out
 
 
 class InputScaling(nn.Module):

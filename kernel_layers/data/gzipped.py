@@ -1,0 +1,40 @@
+"""Opening data files that may be gzip-compressed (detected from the content, not the name)."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+from typing import IO
+
+__all__ = ["open_maybe_gzip", "read_text"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_maybe_gzip(path: Path) -> IO[bytes] | gzip.GzipFile:
+    """Open ``path`` for binary reading, decompressing if it starts with the gzip magic."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    if head == _GZIP_MAGIC:
+        return gzip.GzipFile(path, "rb")
+    return open(path, "rb")
+
+
+def read_text(path: Path) -> str:
+    """The ASCII text of ``path`` (decompressed if gzipped).
+
+    Raises:
+        ValueError: a truncated or corrupt gzip file, or bytes that are not ASCII.
+    """
+    try:
+        with open_maybe_gzip(path) as fh:
+            data = fh.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise ValueError(
+            f"'{path}' is a truncated or corrupt gzip file ({err}); download it again"
+        ) from err
+    try:
+        return data.decode("ascii", errors="strict")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"'{path}' is not a text (ASCII CSV) file ({err})") from err
