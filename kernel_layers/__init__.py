@@ -28,13 +28,10 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs
         least_squares_loss,
         nystrom_discriminant_information,
     )
-    from kernel_layers.selection.gamma import GammaSearchResult, gamma_heuristic, select_gamma
-    from kernel_layers.selection.landmarks import (
-        greedy_landmarks,
-        kmeans,
-        kmeans_plus_plus,
-        random_landmarks,
-    )
+    from kernel_layers.selection.gamma import GammaSearchResult, select_gamma
+    from kernel_layers.selection.greedy import greedy_landmarks
+    from kernel_layers.selection.heuristic import gamma_heuristic
+    from kernel_layers.selection.landmarks import kmeans, kmeans_plus_plus, random_landmarks
     from kernel_layers.training.backbones import (
         ResNet18Backbone,
         SmallCNN,
@@ -62,9 +59,9 @@ _EXPORTS: dict[str, str] = {
     "SmallCNN": "kernel_layers.training.backbones",
     "available_kernels": "kernel_layers.kernels",
     "discriminant_information": "kernel_layers.objectives",
-    "gamma_heuristic": "kernel_layers.selection.gamma",
+    "gamma_heuristic": "kernel_layers.selection.heuristic",
     "get_kernel": "kernel_layers.kernels",
-    "greedy_landmarks": "kernel_layers.selection.landmarks",
+    "greedy_landmarks": "kernel_layers.selection.greedy",
     "keep_freed_host_memory": "kernel_layers.cli.allocator",
     "kmeans": "kernel_layers.selection.landmarks",
     "kmeans_plus_plus": "kernel_layers.selection.landmarks",

@@ -1,2 +1,2 @@
-"""Choosing a map's settings from data: landmarks (:mod:`.landmarks`) and the kernel
-bandwidth (:mod:`.gamma`, scikit-learn loaded on use)."""
+"""Choosing a map's settings from data: landmarks (:mod:`.landmarks`, :mod:`.greedy`)
+and the kernel bandwidth (:mod:`.heuristic`; :mod:`.gamma`, scikit-learn loaded on use)."""

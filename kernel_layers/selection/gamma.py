@@ -1,16 +1,12 @@
-"""Choosing the Gaussian kernel's ``gamma``: a heuristic and the DI paper's grid search.
+"""Choosing the Gaussian kernel's ``gamma`` by the DI paper's cross-validated grid search.
 
 Gamma follows scikit-learn's convention, ``k(x, y) = exp(-gamma ||x - y||^2)``.
-
-* :func:`gamma_heuristic` is scikit-learn's ``gamma="scale"`` rule,
-  ``gamma = 1 / (D * Var(X))``, the variance taken over all entries of ``X``: it
-  makes ``gamma ||x - y||^2`` of order one for typical pairs of rows, whatever the
-  scale of the features. It is the default when no search is run.
-* :func:`select_gamma` is the protocol of the DI paper (section 4 of the design):
-  a 3-fold cross-validated grid search, scoring each ``gamma`` by the accuracy of a
-  linear SVM trained on *standard* (untrained, random-landmark) Nystrom features with
-  1000 landmarks. The default grid is :func:`default_gammas`, the heuristic times
-  ``2^-6, 2^-4, ..., 2^6``.
+:func:`select_gamma` is the protocol of the DI paper (section 4 of the design): a
+3-fold cross-validated grid search, scoring each ``gamma`` by the accuracy of a linear
+SVM trained on *standard* (untrained, random-landmark) Nystrom features with 1000
+landmarks. The default grid is :func:`~kernel_layers.selection.heuristic.default_gammas`,
+the heuristic ``1 / (D * Var(X))`` (:func:`~kernel_layers.selection.heuristic.gamma_heuristic`,
+re-exported here with the grid constants) times ``2^-6, 2^-4, ..., 2^6``.
 
 The protocol min-max scales features to ``[0, 1]`` (fitted on the training set)
 before any of this; these helpers take the data as given.
@@ -18,7 +14,6 @@ before any of this; these helpers take the data as given.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,8 +31,16 @@ from sklearn.svm import LinearSVC
 from threadpoolctl import threadpool_limits
 from torch import Tensor
 
-from kernel_layers._validation import check_int, check_matrix, check_positive
+from kernel_layers._validation import check_int, check_positive
 from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.selection.heuristic import (
+    GRID_BASE,
+    GRID_EXPONENTS,
+    _as_float64_matrix,
+    _variance_default,
+    default_gammas,
+    gamma_heuristic,
+)
 
 __all__ = [
     "CLASSIFIERS",
@@ -51,13 +54,6 @@ __all__ = [
     "select_gamma",
 ]
 
-#: The default grid is ``gamma_heuristic(x) * GRID_BASE ** e`` for ``e`` in
-#: :data:`GRID_EXPONENTS`: seven values from 1/64 to 64 times the heuristic, which
-#: spans the underfitting (near-linear kernel) to overfitting (near-diagonal kernel)
-#: range on typical data while costing seven fits per fold.
-GRID_BASE = 2.0
-#: Exponents of :data:`GRID_BASE` in the default grid (``-6, -4, ..., 6``).
-GRID_EXPONENTS = tuple(range(-6, 7, 2))
 #: Number of landmarks of the standard Nystrom features in the paper's search.
 DEFAULT_NUM_LANDMARKS = 1000
 #: Number of cross-validation folds in the paper's search.
@@ -104,93 +100,6 @@ class GammaSearchResult:
     def best_score(self) -> float:
         """Mean cross-validated accuracy of :attr:`best_gamma`."""
         return self.scores[self.best_index]
-
-
-def _as_float64_matrix(owner: str, name: str, x: object) -> Tensor:
-    """``x`` (array-like or tensor ``[N, D]``) as a finite float64 tensor, else raise.
-
-    Tensors keep their device; anything else becomes a CPU tensor.
-
-    Raises:
-        TypeError: ``x`` is not real-valued numeric data.
-        ValueError: ``x`` is not 2-D, has no row or column, or holds NaN/Inf.
-    """
-    if isinstance(x, Tensor):
-        if x.is_complex():
-            raise TypeError(
-                f"{owner}: argument '{name}' must be a real-valued tensor, got dtype {x.dtype}"
-            )
-        t = x.detach().to(torch.float64)
-    else:
-        array = np.asarray(x)
-        if array.dtype.kind not in "biuf":
-            raise TypeError(
-                f"{owner}: argument '{name}' must be a real-valued array or tensor, "
-                f"got {type(x).__name__} of dtype {array.dtype}"
-            )
-        array = array.astype(np.float64, copy=False)
-        if not array.flags.writeable:
-            array = array.copy()
-        t = torch.from_numpy(array)
-    check_matrix(owner, name, t)
-    if t.shape[0] == 0 or t.shape[1] == 0:
-        raise ValueError(
-            f"{owner}: argument '{name}' must have at least one row and one column, "
-            f"got shape {list(t.shape)}"
-        )
-    return t
-
-
-def _variance_gamma(owner: str, x: Tensor) -> float:
-    """``1 / (D * Var(x))`` of a validated float64 ``x (Tensor[N, D])``."""
-    variance = float(x.var(correction=0))
-    gamma = 1.0 / (x.shape[1] * variance) if variance > 0.0 else math.inf
-    if not math.isfinite(gamma):
-        raise ValueError(
-            f"{owner}: argument 'x' must have a positive variance (non-constant data), "
-            f"got variance {variance}"
-        )
-    return gamma
-
-
-def gamma_heuristic(x: Tensor | np.ndarray) -> float:
-    """scikit-learn's ``gamma="scale"``: ``1 / (D * Var(X))``.
-
-    ``Var`` is the population variance (``ddof=0``) over all ``N * D`` entries, as
-    ``X.var()`` in scikit-learn's ``SVC``. Unlike scikit-learn, which falls back to
-    ``gamma = 1`` on constant data, this raises.
-
-    Args:
-        x (Tensor[N, D] | ndarray[N, D]): data (computed in float64).
-
-    Returns:
-        float: the heuristic ``gamma > 0``.
-
-    Raises:
-        TypeError: ``x`` is not real-valued numeric data.
-        ValueError: ``x`` is not 2-D, is empty, holds NaN/Inf, or is constant.
-    """
-    owner = "gamma_heuristic"
-    return _variance_gamma(owner, _as_float64_matrix(owner, "x", x))
-
-
-def _variance_default(owner: str, x: Tensor) -> list[float]:
-    """:func:`default_gammas` of a validated float64 ``x``, messages naming ``owner``."""
-    heuristic = _variance_gamma(owner, x)
-    return [heuristic * GRID_BASE**e for e in GRID_EXPONENTS]
-
-
-def default_gammas(x: Tensor | np.ndarray) -> list[float]:
-    """The default grid of :func:`select_gamma`: ``gamma_heuristic(x) * 2^e``, ``e = -6, ..., 6``.
-
-    Args:
-        x (Tensor[N, D] | ndarray[N, D]): data.
-
-    Returns:
-        list[float]: seven increasing values, the heuristic in the middle.
-    """
-    owner = "default_gammas"
-    return _variance_default(owner, _as_float64_matrix(owner, "x", x))
 
 
 def _check_gammas(owner: str, gammas: object) -> list[float]:
@@ -385,8 +294,8 @@ def select_gamma(
     and deterministic. Any scikit-learn classifier instance is also accepted (cloned
     for every fit). During the search NumPy/SciPy's BLAS runs on one thread
     (``threadpoolctl``; torch's kernels keep all theirs): interleaving torch's OpenMP
-    pool with a multi-threaded OpenBLAS makes them spin against each other, which
-    slows small searches tenfold, while liblinear is single-threaded anyway. Use
+    pool with a multi-threaded OpenBLAS makes them spin against each other, while
+    liblinear is single-threaded anyway. Use
     ``n_jobs`` to run (gamma, fold) fits in parallel instead.
 
     Args:
@@ -452,7 +361,7 @@ def select_gamma(
     # so the worker threads see it (entering ``catch_warnings`` per thread is not safe).
     # NumPy/SciPy's BLAS is held to one thread (torch's own BLAS and OpenMP pool are
     # untouched): alternating torch's OpenMP pool with a multi-threaded OpenBLAS makes
-    # each spin against the other, about 10x slower on small searches.
+    # each spin against the other.
     with warnings.catch_warnings(), threadpool_limits(limits=READOUT_BLAS_THREADS, user_api="blas"):
         warnings.simplefilter("ignore", category=ConvergenceWarning)
         flat = Parallel(n_jobs=n_jobs, prefer="threads")(tasks)
