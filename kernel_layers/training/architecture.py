@@ -18,12 +18,19 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-__all__ = ["TRUSTED_PREFIXES", "build_module", "cli_config", "describe_module", "is_spec"]
+__all__ = [
+    "TRUSTED_PREFIXES",
+    "build_module",
+    "cli_config",
+    "describe_module",
+    "is_spec",
+    "module_from",
+]
 
 #: Modules a spec's class may be imported from; other classes must be imported already.
 TRUSTED_PREFIXES = ("kernel_layers.", "torch.nn.", "torchvision.models.")
@@ -159,3 +166,17 @@ def build_module(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
     if isinstance(dtype, str):
         module = module.to(getattr(torch, dtype))
     return module
+
+
+def module_from(owner: str, name: str, value: object, given: dict[str, Any]) -> Any:
+    """``value`` itself, or the module its spec rebuilds when it is one (a checkpoint's
+    record, as ``load_from_checkpoint`` passes it); the spec is then kept as
+    ``given[name]``, the module's description (:func:`describe_module`).
+
+    Raises:
+        ValueError: as :func:`build_module`.
+    """
+    if not is_spec(value):
+        return value
+    given.setdefault(name, value)
+    return build_module(owner, name, cast(Mapping[str, Any], value))

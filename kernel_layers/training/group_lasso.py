@@ -9,12 +9,21 @@ weights reach zero drop out of the model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["block_norms", "group_lasso_prox"]
+if TYPE_CHECKING:
+    from kernel_layers.training.module import KernelClassifier
+
+__all__ = [
+    "block_norms",
+    "group_lasso_prox",
+    "log_block_norms",
+    "model_block_norms",
+    "model_prox_step",
+]
 
 
 @torch.no_grad()
@@ -52,3 +61,37 @@ def group_lasso_prox(weight: Tensor, optimizer: Any, blocks: Sequence[range], la
         part = weight[:, block.start : block.stop]
         threshold = group["lr"] * lam * scale[:, block.start : block.stop].mean()
         part.mul_(torch.clamp(1.0 - threshold / part.norm().clamp_min(1e-30), min=0.0))
+
+
+def model_block_norms(model: KernelClassifier) -> Tensor:
+    """:func:`block_norms` of ``model``'s trained read-out over its map's feature blocks.
+
+    Returns:
+        Tensor[K]: one norm per block, in block order.
+
+    Raises:
+        RuntimeError: the model has no trained read-out (objective ``"di"``, plain ``"ls"``).
+    """
+    if model.readout is None:
+        raise RuntimeError(
+            f"{type(model).__name__}: block_norms() needs a trained read-out (objective "
+            "'ce', or 'ls' with group_lasso > 0)"
+        )
+    return block_norms(model.readout.weight, model.kernel_layer.feature_blocks)
+
+
+def model_prox_step(model: KernelClassifier, optimizer: Any) -> None:
+    """:func:`group_lasso_prox` on ``model``'s read-out with its ``group_lasso`` penalty;
+    nothing without a penalty or a trained read-out."""
+    lam = model.hparams["group_lasso"]
+    if lam > 0 and model.readout is not None:
+        group_lasso_prox(model.readout.weight, optimizer, model.kernel_layer.feature_blocks, lam)
+
+
+def log_block_norms(model: KernelClassifier) -> None:
+    """Log ``block_norm/<k>`` and ``train/active_blocks`` (blocks of nonzero norm) at an
+    epoch's end, when ``model`` has a group-lasso penalty."""
+    if model.hparams["group_lasso"] > 0:
+        norms = model.block_norms()
+        model.log_dict({f"block_norm/{k}": value for k, value in enumerate(norms)})
+        model.log("train/active_blocks", (norms > 0).sum().to(norms.dtype))

@@ -5,15 +5,17 @@ The model talks to its map through the
 parts live beside it: :mod:`~kernel_layers.training.divergence` (undo a diverging
 step), :mod:`~kernel_layers.training.deferred` (checks read once per epoch),
 :mod:`~kernel_layers.training.group_lasso`, :mod:`~kernel_layers.training.readout`
-(staleness of the ridge read-out), :mod:`~kernel_layers.training.landmarks`,
-:mod:`~kernel_layers.training.di_epoch` and :mod:`~kernel_layers.training.preflight`.
+(fits and staleness of the ridge read-out), :mod:`~kernel_layers.training.landmarks`,
+:mod:`~kernel_layers.training.di_epoch`, :mod:`~kernel_layers.training.preflight` and
+:mod:`~kernel_layers.training.checkpoint_hooks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -24,23 +26,24 @@ from kernel_layers._validation import check_bool, check_int, check_nonnegative, 
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
-from kernel_layers.training import preflight
-from kernel_layers.training.architecture import build_module, cli_config, describe_module, is_spec
+from kernel_layers.training import checkpoint_hooks, preflight
+from kernel_layers.training.architecture import cli_config, describe_module, module_from
 from kernel_layers.training.deferred import EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging
 from kernel_layers.training.divergence import DivergenceGuard
-from kernel_layers.training.group_lasso import block_norms, group_lasso_prox
+from kernel_layers.training.group_lasso import log_block_norms, model_block_norms, model_prox_step
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.losses import refit_ls_readout, training_loss
-from kernel_layers.training.modes import eval_mode
+from kernel_layers.training.optimizer import build_optimizer
 from kernel_layers.training.predictor import Predictor, build_predictor
 from kernel_layers.training.readout import (
-    HEAD_CURRENT_KEY,
     ReadoutRefit,
     ReadoutTracker,
-    train_eval_batches,
+    check_head_ready,
+    head_needs_fit,
 )
+from kernel_layers.training.readout import refit_head as fit_ridge_head
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
 
@@ -141,16 +144,9 @@ class KernelClassifier(LightningModule):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        given = cli_config()
-        if is_spec(kernel_layer):  # a checkpoint's record (load_from_checkpoint)
-            given.setdefault("kernel_layer", kernel_layer)
-            kernel_layer = cast(
-                KernelFeatureMap,
-                build_module(owner, "kernel_layer", cast(Mapping[str, Any], kernel_layer)),
-            )
-        if is_spec(backbone):
-            given.setdefault("backbone", backbone)
-            backbone = build_module(owner, "backbone", cast(Mapping[str, Any], backbone))
+        given = cli_config()  # or, below, a checkpoint's records (load_from_checkpoint)
+        kernel_layer = module_from(owner, "kernel_layer", kernel_layer, given)
+        backbone = module_from(owner, "backbone", backbone, given)
         group_lasso = check_nonnegative(owner, "group_lasso", group_lasso)
         preflight.check_arguments(
             owner,
@@ -219,10 +215,8 @@ class KernelClassifier(LightningModule):
             ValueError: the checkpoint does not record its kernel layer (kernel-layers
                 < 0.2) and no ``kernel_layer=`` is given.
         """
-        if "kernel_layer" not in kwargs:
-            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-            saved = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {})
-            preflight.check_layer_recorded(cls.__name__, checkpoint_path, saved)
+        key = cls.CHECKPOINT_HYPER_PARAMS_KEY
+        checkpoint_hooks.check_rebuildable(cls.__name__, checkpoint_path, key, kwargs)
         kwargs.setdefault("weights_only", True)
         return super().load_from_checkpoint(
             checkpoint_path, map_location, hparams_file, strict, **kwargs
@@ -258,13 +252,7 @@ class KernelClassifier(LightningModule):
         """
         if self.readout is not None:
             return self.readout(features)
-        if self._head_needs_fit():
-            raise RuntimeError(
-                f"{type(self).__name__}: the ridge read-out is "
-                + ("not fitted" if not bool(self.head.fitted) else "older than the features")
-                + "; call refit_head(loader) with the training data (trainer.test and "
-                "trainer.predict with a data module do it)"
-            )
+        check_head_ready(self)
         return self.head(features)
 
     def predictor(
@@ -314,24 +302,14 @@ class KernelClassifier(LightningModule):
         """Adam's step under the divergence guard (:class:`DivergenceGuard`), with the
         group-lasso proximal step after it."""
 
-        def prox() -> None:
-            if self.hparams["group_lasso"] > 0 and self.readout is not None:
-                lam = self.hparams["group_lasso"]
-                blocks = self.kernel_layer.feature_blocks
-                group_lasso_prox(self.readout.weight, optimizer, blocks, lam)
-
+        prox = partial(model_prox_step, self, optimizer)
         self.guard.step(self, optimizer, optimizer_closure, batch_idx, prox, self._world_size)
 
     def block_norms(self) -> Tensor:
         """``||W_k||_F`` of the trained read-out over each feature block of the map
         (``Tensor[K]``, in block order; blocks with norm 0 are dropped from the model).
         Raises a ``RuntimeError`` without a trained read-out (``"di"``, plain ``"ls"``)."""
-        if self.readout is None:
-            raise RuntimeError(
-                f"{type(self).__name__}: block_norms() needs a trained read-out (objective "
-                "'ce', or 'ls' with group_lasso > 0)"
-            )
-        return block_norms(self.readout.weight, self.kernel_layer.feature_blocks)
+        return model_block_norms(self)
 
     def on_train_epoch_start(self) -> None:
         groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
@@ -347,10 +325,7 @@ class KernelClassifier(LightningModule):
             self.head.reset()
 
     def on_train_epoch_end(self) -> None:
-        if self.hparams["group_lasso"] > 0:
-            norms = self.block_norms()
-            self.log_dict({f"block_norm/{k}": value for k, value in enumerate(norms)})
-            self.log("train/active_blocks", (norms > 0).sum().to(norms.dtype))
+        log_block_norms(self)
         if self.hparams["objective"] == "ls":
             refit_ls_readout(self)  # the alternating closed-form step of the LS baseline
 
@@ -360,32 +335,20 @@ class KernelClassifier(LightningModule):
         """Whether the read-out is refitted by a pass over the data (DI objective)."""
         return self.hparams["objective"] == "di"
 
-    def _feature_modules(self) -> list[nn.Module]:
-        return [self.kernel_layer] + ([self.backbone] if self.backbone is not None else [])
-
-    @torch.no_grad()
     def refit_head(self, batches: Iterable[Any] | None = None) -> None:
-        """Fit the ridge read-out exactly, in one pass over ``batches`` (default: train).
+        """Fit the ridge read-out exactly, in one pass over ``batches`` (default: train;
+        :func:`~kernel_layers.training.readout.refit_head`).
 
         Args:
             batches: an iterable of ``(x, y, ...)`` batches, e.g. a ``DataLoader`` over
                 the training set.
         """
-        if batches is None:
-            batches = train_eval_batches(self.trainer, type(self).__name__)
-        with eval_mode(self):
-            self.head.reset()
-            for batch in batches:
-                x, y = batch[0].to(self.device), batch[1].to(self.device)
-                self.head.update(self(x), y.long())
-            self.head.fit()
-            self.head_tracker.mark_fitted(self._feature_modules())
+        fit_ridge_head(self, batches)
 
     def _head_needs_fit(self) -> bool:
-        """Whether the ridge read-out was never fitted, or (DI objective) was fitted in
-        this process on other features than the current ones."""
-        stale = self.refits_head and self.head_tracker.stale(self._feature_modules())
-        return not bool(self.head.fitted) or stale
+        """Whether the ridge read-out must be (re)fitted before it scores
+        (:func:`~kernel_layers.training.readout.head_needs_fit`)."""
+        return head_needs_fit(self)
 
     # ------------------------------------------------------------------ checks, checkpoints
     def check_state_shapes(self, state_dict: dict[str, Any]) -> None:
@@ -401,30 +364,13 @@ class KernelClassifier(LightningModule):
         )
 
     def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
-        if datamodule is not None:
-            self.check_data_sizes(datamodule)
-        if stage == "fit" and self._trainer is not None:
-            preflight.use_atomic_checkpoints(self.trainer)
-            preflight.check_checkpoint_dirs(self.trainer, type(self).__name__)
+        preflight.at_setup(self, stage)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Whether the saved read-out was fitted on the saved features (it lags them when
-        # a checkpoint is written between two validations, e.g. check_val_every_n_epoch).
-        checkpoint[HEAD_CURRENT_KEY] = (
-            not self.refits_head
-            or self.readout is not None
-            or (bool(self.head.fitted) and self.head_tracker.current(self._feature_modules()))
-        )
+        checkpoint_hooks.on_save_checkpoint(self, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint.get("state_dict", {})
-        self.check_state_shapes(state)
-        self.di_epoch_seen = None  # di_epoch_index is about to change
-        if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
-            # A read-out older than the saved features is not trusted: test / predict
-            # refit it from the data, and scores() refuses until then.
-            state["head.fitted"] = torch.zeros_like(state["head.fitted"])
+        checkpoint_hooks.on_load_checkpoint(self, checkpoint)
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: Any, metric: MulticlassAccuracy, name: str) -> None:
@@ -447,19 +393,6 @@ class KernelClassifier(LightningModule):
         return (classes, scores) if self.hparams["return_scores"] else classes
 
     def configure_optimizers(self) -> torch.optim.Optimizer | None:
-        hp = self.hparams
-        groups = []
-        own = [p for p in self.kernel_layer.parameters() if p.requires_grad]
-        if self.readout is not None:
-            own += list(self.readout.parameters())
-        if own:
-            groups.append({"params": own, "lr": hp["lr"], "name": "kernel"})
-        if self.backbone is not None:
-            params = [p for p in self.backbone.parameters() if p.requires_grad]
-            if params:
-                groups.append(
-                    {"params": params, "lr": hp["backbone_lr"] or hp["lr"], "name": "backbone"}
-                )
-        if not groups:
-            return None
-        return torch.optim.Adam(groups)
+        """Adam over the groups ``"kernel"`` and ``"backbone"``
+        (:func:`~kernel_layers.training.optimizer.build_optimizer`)."""
+        return build_optimizer(self)

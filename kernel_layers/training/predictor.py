@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.data.scaling import InputScaling
 from kernel_layers.training.landmarks import rows_pending
+from kernel_layers.training.readout import head_needs_fit
 
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
@@ -119,7 +120,7 @@ def build_predictor(
         )
     readout: nn.Module | None = model.readout
     if readout is None:
-        if model._head_needs_fit():
+        if head_needs_fit(model):
             if datamodule is None:
                 raise RuntimeError(
                     f"{owner}: the ridge read-out is not fitted on the current features; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -18,7 +18,11 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
 
+if TYPE_CHECKING:
+    from kernel_layers.training.module import KernelClassifier
+
 __all__ = [
+    "at_setup",
     "check_arguments",
     "check_checkpoint_dirs",
     "check_data_sizes",
@@ -116,6 +120,24 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
                 f"directory, got {type(err).__name__}: {err.strerror or err}; choose "
                 "another dirpath before training (no epoch is lost this way)"
             ) from err
+
+
+def at_setup(model: KernelClassifier, stage: str) -> None:
+    """The checks of a model's ``setup``: the data module's sizes against the layers
+    (``model.check_data_sizes``); for fit, atomic checkpoint files and writable
+    checkpoint directories.
+
+    Raises:
+        ValueError: the data and the layers disagree on a size.
+        PermissionError: a checkpoint directory cannot be written.
+    """
+    trainer = model._trainer
+    datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+    if datamodule is not None:
+        model.check_data_sizes(datamodule)
+    if stage == "fit" and trainer is not None:
+        use_atomic_checkpoints(trainer)
+        check_checkpoint_dirs(trainer, type(model).__name__)
 
 
 def check_layer_recorded(owner: str, checkpoint_path: object, hparams: Mapping[str, Any]) -> None:

@@ -4,8 +4,9 @@ The DI objective trains no read-out by gradient: a ridge classifier is fitted on
 features in one pass over the training data. :class:`ReadoutTracker` remembers which
 parameter versions it was fitted on, so that an optimiser step, new landmarks or a
 loaded state make it stale; the flag :data:`HEAD_CURRENT_KEY` carries that through a
-checkpoint. :class:`ReadoutRefit` refits the read-out whenever validation runs, at the
-end of fit, and before testing or predicting when it is not current.
+checkpoint. :func:`refit_head` fits the read-out; :class:`ReadoutRefit` refits it
+whenever validation runs, at the end of fit, and before testing or predicting when it is
+not current.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
 from kernel_layers.training.landmarks import init_map_from_data
+from kernel_layers.training.modes import eval_mode
 
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
@@ -25,7 +28,12 @@ __all__ = [
     "HEAD_CURRENT_KEY",
     "ReadoutRefit",
     "ReadoutTracker",
+    "check_head_ready",
+    "feature_modules",
     "feature_state",
+    "head_current",
+    "head_needs_fit",
+    "refit_head",
     "train_eval_batches",
 ]
 
@@ -82,6 +90,63 @@ def train_eval_batches(trainer: Trainer, owner: str) -> Iterable[Any]:
     )
 
 
+def feature_modules(model: KernelClassifier) -> list[nn.Module]:
+    """The modules the read-out's features depend on: the kernel map and the backbone."""
+    return [model.kernel_layer] + ([model.backbone] if model.backbone is not None else [])
+
+
+@torch.no_grad()
+def refit_head(model: KernelClassifier, batches: Iterable[Any] | None = None) -> None:
+    """Fit ``model``'s ridge read-out exactly, in one pass over ``batches``.
+
+    Args:
+        model: the ``KernelClassifier`` whose ``head`` is fitted.
+        batches: an iterable of ``(x, y, ...)`` batches; ``None``: every training row
+            once (:func:`train_eval_batches`).
+    """
+    if batches is None:
+        batches = train_eval_batches(model.trainer, type(model).__name__)
+    with eval_mode(model):
+        model.head.reset()
+        for batch in batches:
+            x, y = batch[0].to(model.device), batch[1].to(model.device)
+            model.head.update(model(x), y.long())
+        model.head.fit()
+        model.head_tracker.mark_fitted(feature_modules(model))
+
+
+def head_needs_fit(model: KernelClassifier) -> bool:
+    """Whether the ridge read-out was never fitted, or (DI objective) was fitted in
+    this process on other features than the current ones."""
+    stale = model.refits_head and model.head_tracker.stale(feature_modules(model))
+    return not bool(model.head.fitted) or stale
+
+
+def head_current(model: KernelClassifier) -> bool:
+    """Whether the read-out in use was fitted on the current features (always true of a
+    trained read-out and of the ridge read-out of objectives other than DI)."""
+    return (
+        not model.refits_head
+        or model.readout is not None
+        or (bool(model.head.fitted) and model.head_tracker.current(feature_modules(model)))
+    )
+
+
+def check_head_ready(model: KernelClassifier) -> None:
+    """Raise unless the ridge read-out may score the current features.
+
+    Raises:
+        RuntimeError: it was never fitted, or was fitted on other features.
+    """
+    if head_needs_fit(model):
+        raise RuntimeError(
+            f"{type(model).__name__}: the ridge read-out is "
+            + ("not fitted" if not bool(model.head.fitted) else "older than the features")
+            + "; call refit_head(loader) with the training data (trainer.test and "
+            "trainer.predict with a data module do it)"
+        )
+
+
 class ReadoutRefit(Callback):
     """Refits the closed-form ridge read-out of a ``KernelClassifier`` (DI objective)
     whenever validation runs and at the end of fit; before testing or predicting, sets
@@ -108,5 +173,5 @@ class ReadoutRefit(Callback):
     @staticmethod
     def _ensure_head(model: KernelClassifier) -> None:
         init_map_from_data(model)
-        if model.readout is None and model._head_needs_fit():
+        if model.readout is None and head_needs_fit(model):
             model.refit_head()
