@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -142,10 +143,21 @@ def test_model_summary_only_on_request(tmp_path: Path, monkeypatch, capsys, capl
         "--trainer.fast_dev_run=true",
         "--test_after_fit=false",
     ]
+    # Lightning writes the summary through its own logger, which propagates to pytest's
+    # capture only when Lightning was first imported under it: make it propagate here.
+    monkeypatch.setattr(logging.getLogger("lightning.pytorch"), "propagate", True)
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")
+
+    def printed() -> str:
+        out, err = capsys.readouterr()
+        text = out + err + caplog.text
+        caplog.clear()
+        return text
+
     main(args)
-    assert "Trainable params" not in capsys.readouterr().out + caplog.text
+    assert "Trainable params" not in printed()
     main([*args, "--trainer.enable_model_summary=true"])
-    assert "Trainable params" in capsys.readouterr().out + caplog.text
+    assert "Trainable params" in printed()
 
 
 def test_version_is_the_packages(capsys) -> None:
