@@ -14,7 +14,8 @@ from typing import NoReturn
 
 from torch import Tensor, nn
 
-from kernel_layers._validation import check_int, raise_not_scriptable
+from kernel_layers._validation import check_device, check_features, check_int, raise_not_scriptable
+from kernel_layers.numerics.precision import distance_limit, upcast
 from kernel_layers.objectives import DEFAULT_RHO, discriminant_information
 
 __all__ = ["KernelFeatureMap"]
@@ -114,6 +115,26 @@ class KernelFeatureMap(nn.Module, ABC):
             rows (Tensor[N, D]): training inputs of the map.
         """
         del rows
+
+    def _check_input(self, x: Tensor, reference: Tensor, *, width: int, why: str) -> None:
+        """Check ``x (Tensor[..., D])`` before mapping it: ``D = in_features``, finite
+        values no larger than what ``width``-term sums in ``reference``'s (upcast) dtype
+        hold (``why`` says what would overflow), and ``reference``'s device.
+
+        Raises:
+            ValueError: wrong width, non-finite or too large values.
+            RuntimeError: ``x`` is on another device than ``reference``.
+        """
+        owner = type(self).__name__
+        check_features(
+            owner,
+            "x",
+            x,
+            self.in_features,
+            max_abs=distance_limit(upcast(reference).dtype, width),
+            why=why,
+        )
+        check_device(owner, "x", x, reference.device)
 
     def discriminant_information(
         self,

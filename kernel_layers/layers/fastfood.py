@@ -25,13 +25,11 @@ from torch import Tensor, nn
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
-    check_device,
     check_dtype,
-    check_features,
     check_positive,
 )
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.numerics.precision import autocast_off, distance_limit, upcast
+from kernel_layers.numerics.precision import autocast_off, upcast
 
 __all__ = ["FastfoodLayer", "hadamard_transform"]
 
@@ -146,15 +144,9 @@ class FastfoodLayer(KernelFeatureMap):
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., d])`` to ``Tensor[..., J]`` features (autocast off)."""
         owner = type(self).__name__
-        check_features(
-            owner,
-            "x",
-            x,
-            self.in_features,
-            max_abs=distance_limit(upcast(self.gaussian).dtype, self.padded),
-            why="larger ones overflow the Hadamard transforms",
+        self._check_input(
+            x, self.gaussian, width=self.padded, why="larger ones overflow the Hadamard transforms"
         )
-        check_device(owner, "x", x, self.gaussian.device)
         with autocast_off(x):
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.gaussian.dtype)
             phase = self.projections(upcast(flat)) + upcast(self.phases)

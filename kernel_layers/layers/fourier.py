@@ -13,16 +13,14 @@ from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
     check_choice,
-    check_device,
     check_dtype,
-    check_features,
 )
 from kernel_layers.kernels import Kernel, spectral_quantiles
 from kernel_layers.layers.ard import Bandwidths
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.kernel_choice import KernelChoice
 from kernel_layers.numerics.linalg import refuse_double_backward
-from kernel_layers.numerics.precision import autocast_off, distance_limit, upcast
+from kernel_layers.numerics.precision import autocast_off, upcast
 
 __all__ = ["FEATURE_MAPS", "FourierLayer", "cosine_features", "cossin_features"]
 
@@ -307,15 +305,12 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
         computed in float32, and the features come out in that dtype.
         """
         owner = type(self).__name__
-        check_features(
-            owner,
-            "x",
+        self._check_input(
             x,
-            self.in_features,
-            max_abs=distance_limit(upcast(self._device_reference()).dtype, self.in_features),
+            self._device_reference(),
+            width=self.in_features,
             why="larger ones overflow the phases x W",
         )
-        check_device(owner, "x", x, self._device_reference().device)
         with autocast_off(x):  # the phase x W + b never runs in low precision
             frequencies = self.frequencies
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), frequencies.dtype)

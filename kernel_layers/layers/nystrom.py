@@ -10,9 +10,7 @@ from torch import Tensor, nn
 
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
-    check_device,
     check_dtype,
-    check_features,
     check_int,
     check_matrix,
     check_positive,
@@ -29,7 +27,6 @@ from kernel_layers.numerics.precision import (
     DISTANCE_OVERFLOW,
     autocast_off,
     data_limit,
-    distance_limit,
     upcast,
 )
 from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
@@ -315,15 +312,12 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         matrix and one product, and exported graphs (ONNX) hold ``P`` as a constant.
         """
         owner = type(self).__name__
-        check_features(
-            owner,
-            "x",
+        self._check_input(
             x,
-            self.in_features,
-            max_abs=distance_limit(upcast(self.landmarks).dtype, self.in_features),
+            self.landmarks,
+            width=self.in_features,
             why="larger ones overflow the squared distances to the landmarks",
         )
-        check_device(owner, "x", x, self.landmarks.device)
         with autocast_off(x):  # distances and solves never run in low precision
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)
             flat = upcast(flat)
