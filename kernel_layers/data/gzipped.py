@@ -7,7 +7,7 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-__all__ = ["open_maybe_gzip", "read_text"]
+__all__ = ["open_maybe_gzip", "read_bytes", "read_text"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -21,19 +21,33 @@ def open_maybe_gzip(path: Path) -> IO[bytes] | gzip.GzipFile:
     return open(path, "rb")
 
 
+def read_bytes(path: Path, owner: str | None = None) -> bytes:
+    """The bytes of ``path`` (decompressed if gzipped).
+
+    Args:
+        path: the file.
+        owner: the caller's name, which prefixes the message.
+
+    Raises:
+        ValueError: a truncated or corrupt gzip file.
+    """
+    try:
+        with open_maybe_gzip(path) as fh:
+            return fh.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        prefix = f"{owner}: " if owner else ""
+        raise ValueError(
+            f"{prefix}'{path}' is a truncated or corrupt gzip file ({err}); download it again"
+        ) from err
+
+
 def read_text(path: Path) -> str:
     """The ASCII text of ``path`` (decompressed if gzipped).
 
     Raises:
         ValueError: a truncated or corrupt gzip file, or bytes that are not ASCII.
     """
-    try:
-        with open_maybe_gzip(path) as fh:
-            data = fh.read()
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise ValueError(
-            f"'{path}' is a truncated or corrupt gzip file ({err}); download it again"
-        ) from err
+    data = read_bytes(path)
     try:
         return data.decode("ascii", errors="strict")
     except UnicodeDecodeError as err:

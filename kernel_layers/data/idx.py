@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import gzip
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-from kernel_layers.data.gzipped import open_maybe_gzip
+from kernel_layers.data.gzipped import read_bytes
 
 __all__ = ["IDX_DTYPES", "read_idx", "write_idx"]
 
@@ -44,13 +43,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
         ValueError: the header is not an IDX header or the payload is truncated.
     """
     path = Path(path)
-    try:
-        with open_maybe_gzip(path) as fh:
-            raw = fh.read()
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise ValueError(
-            f"read_idx: '{path}' is a truncated or corrupt gzip file ({err}); download it again"
-        ) from err
+    raw = read_bytes(path, "read_idx")
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(
             f"read_idx: '{path}' is not an IDX file (expected magic 0x0000TTNN, got "
