@@ -68,7 +68,7 @@ from kernel_layers import (
 )
 from kernel_layers.cli.allocator import keep_freed_host_memory
 from kernel_layers.layers.nystrom import default_jitter
-from kernel_layers.numerics.linalg import cholesky_ex, gram_matrix
+from kernel_layers.numerics.linalg import gram_matrix
 from kernel_layers.numerics.precision import SOLVE_DTYPE, kernel_dtype
 
 SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
@@ -201,7 +201,7 @@ def make_steps(
         def floor64() -> None:
             torch.mm(x_k, w_k)  # X Z^T in the kernel dtype
             gram_matrix(joint)  # [G_c, Y_c]^T [G_c, Y_c], float64
-            cholesky_ex(spd)  # of G^T C G + rho K_Z, float64
+            torch.linalg.cholesky_ex(spd)  # of G^T C G + rho K_Z, float64
             torch.mm(big_k.T, x_k)  # dH^T X
             torch.mm(w_k.T, w_k)  # Z Z^T
             torch.mm(small_k, w_k.T)  # dK Z

@@ -8,7 +8,6 @@ The dtype rules live in :mod:`kernel_layers.numerics.precision`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,13 +23,11 @@ __all__ = [
     "JITTER",
     "JITTER_GROWTH",
     "MAX_JITTER_TRIES",
-    "cholesky_ex",
     "default_jitter",
     "gram_matrix",
     "landmark_gram",
     "refuse_double_backward",
     "robust_cholesky",
-    "robust_cholesky_in_place",
 ]
 
 
@@ -54,19 +51,6 @@ JITTER_GROWTH = 100.0
 MAX_JITTER_TRIES = 6
 
 
-def cholesky_ex(matrix: Tensor) -> tuple[Tensor, Tensor]:
-    """``torch.linalg.cholesky_ex(matrix)``: the lower factor and ``info`` (0 on success).
-
-    Args:
-        matrix (Tensor[n, n]): symmetric matrix (its lower triangle is read).
-
-    Returns:
-        tuple[Tensor[n, n], Tensor[]]: the lower factor and ``info``.
-    """
-    factor, info = torch.linalg.cholesky_ex(matrix)
-    return factor, info
-
-
 def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITTER) -> Tensor:
     """Lower Cholesky factor of a symmetric positive (semi-)definite matrix.
 
@@ -87,14 +71,14 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
     """
     if torch.compiler.is_compiling():  # no data-dependent branch in a compiled or
         return torch.linalg.cholesky(matrix)  # exported graph: it raises if not PD
-    factor, info = cholesky_ex(matrix)
+    factor, info = torch.linalg.cholesky_ex(matrix)
     if _deferred_failure(owner, matrix, info) or int(info) == 0:
         return factor
     scale = float(matrix.detach().diagonal().abs().mean()) or 1.0
     eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
     eps = jitter
     for _ in range(MAX_JITTER_TRIES):
-        factor, info = cholesky_ex(matrix + (eps * scale) * eye)
+        factor, info = torch.linalg.cholesky_ex(matrix + (eps * scale) * eye)
         if int(info) == 0:
             warnings.warn(
                 f"{owner}: Cholesky factorisation failed; succeeded after adding a jitter of "
@@ -125,28 +109,6 @@ def _deferred_failure(owner: str, matrix: Tensor, info: Tensor) -> bool:
         info != 0,
     )
     return True
-
-
-def robust_cholesky_in_place(build: Callable[[], Tensor], *, owner: str) -> Tensor:
-    """:func:`robust_cholesky` of ``build()``, first tried in place on the fresh matrix
-    ``build()`` returns (no copy, the factor's upper triangle not cleaned: for triangular
-    solves, which read their own triangle); ``build`` runs again only if that attempt
-    fails, for the retries with a jitter.
-
-    Args:
-        build: returns a new symmetric matrix (Tensor[n, n]) each call.
-        owner: the caller's name for messages.
-
-    Returns:
-        Tensor[n, n]: ``L`` (lower triangle; above it, what ``build()`` put there).
-    """
-    if torch.compiler.is_compiling():
-        return torch.linalg.cholesky(build())
-    matrix = build()
-    factor, info = cholesky_ex(matrix)
-    if _deferred_failure(owner, matrix, info) or int(info) == 0:
-        return factor
-    return robust_cholesky(build(), owner=owner)
 
 
 def refuse_double_backward(owner: str) -> None:

@@ -18,10 +18,8 @@ from kernel_layers._validation import check_matrix
 from kernel_layers.numerics import precision
 from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.linalg import (
-    cholesky_ex,
     gram_matrix,
     robust_cholesky,
-    robust_cholesky_in_place,
 )
 from kernel_layers.numerics.precision import SOLVE_DTYPE, SUM_OVERFLOW, roundoff_estimate, sum_limit
 from kernel_layers.objectives.statistics import (
@@ -51,7 +49,7 @@ def _factor_if_fine(s: Tensor, dtype: torch.dtype, owner: str) -> Tensor | None:
         return robust_cholesky(s, owner=owner)
     if active_checks() is not None:  # no host read to decide on: the float64 path
         return None
-    factor, info = cholesky_ex(s)
+    factor, info = torch.linalg.cholesky_ex(s)
     estimate = roundoff_estimate(dtype, s.diagonal().amax(), factor)
     if bool((info != 0) | ~(estimate <= precision.GRAM_PRECISION_LIMIT)):
         return None
@@ -82,8 +80,8 @@ def factor_scatter(scatter: Tensor, rho: Tensor, dtype: torch.dtype, owner: str)
     ):
         s = scatter.clone()
         s.diagonal().add_(rho.to(s.dtype))
-        largest = s.diagonal().amax()  # before the factor overwrites s
-        factor, info = cholesky_ex(s)
+        largest = s.diagonal().amax()
+        factor, info = torch.linalg.cholesky_ex(s)
         estimate = roundoff_estimate(s.dtype, largest, factor)
         if bool((info == 0) & (estimate <= precision.FLOAT32_FACTOR_LIMIT)):
             return factor
@@ -248,13 +246,11 @@ def nysdi_solve(
     scatter, cross = centred_products(phi_c, y_c, sync, joint=joint)
     shift = kernel.diagonal().to(wide).mean() * (rho * jitter)
 
-    def regularised() -> Tensor:  # S, row-major: the factor overwrites it
-        # K widened first: two passes beat a mixed-dtype sum (see benchmarks/di_step.py).
-        s = kernel.to(wide, memory_format=torch.contiguous_format, copy=True)
-        torch.add(scatter, s, alpha=rho, out=s)
-        s.diagonal().add_(shift)
-        return s
-
-    factor = robust_cholesky_in_place(regularised, owner=owner)
+    # S = G_c^T G_c + rho K_Z + shift I; K widened first: two passes beat a mixed-dtype
+    # sum (see benchmarks/di_step.py).
+    s = kernel.to(wide, copy=True)
+    torch.add(scatter, s, alpha=rho, out=s)
+    s.diagonal().add_(shift)
+    factor = robust_cholesky(s, owner=owner)
     di, a = solve_primal(factor, cross)
     return di, y_c - phi_c @ a, a, y_c
