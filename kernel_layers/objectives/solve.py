@@ -213,7 +213,7 @@ def nysdi_solve(
     in :data:`SOLVE_DTYPE`: features and targets side by side in one wide buffer, so
     that one pass widens them, one centres them and one symmetric product gives the
     scatter and the cross term together; ``S = G_c^T G_c + rho (K + jitter * mean(diag
-    K) I)`` formed once, row-major, where its factor overwrites it.
+    K) I)`` formed once and factorised.
 
     Args:
         features (Tensor[B, n]): ``G``, any floating dtype.
