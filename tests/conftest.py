@@ -1,9 +1,10 @@
-"""Shared pytest configuration and fixtures: GPU skipping, seeding and a quiet ``Trainer``
-factory."""
+"""Shared pytest configuration and fixtures: GPU skipping, seeding, the package logger
+restored after each test and a quiet ``Trainer`` factory."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
@@ -22,6 +23,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _restore_package_logger() -> Iterator[None]:
+    """Undo what an in-process CLI run does to the ``kernel_layers`` logger (its own
+    handler, no propagation), so later tests' ``caplog`` still sees the records."""
+    package = logging.getLogger("kernel_layers")
+    saved = (list(package.handlers), package.level, package.propagate)
+    yield
+    package.handlers[:], package.level, package.propagate = saved
 
 
 @pytest.fixture
