@@ -3,7 +3,8 @@
 :class:`FeatureMapContract` is what any :class:`KernelFeatureMap` keeps, a user's own
 included (shapes, dtype and device moves, serialisation, ``get_config`` rebuilds, the
 default DI); :class:`LayerContract` adds what the library's maps promise on top (input
-validation with named arguments, seeds, trainability).
+validation with named arguments, seeds, trainability). Every behaviour is checked on
+each device of the ``device`` fixture (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from kernel_layers.layers.base import KernelFeatureMap
 
 IN_FEATURES = 5
 OUT_FEATURES = 7
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 class FeatureMapContract:
@@ -31,6 +31,10 @@ class FeatureMapContract:
 
     def make_layer(self, **kwargs: object) -> KernelFeatureMap:
         raise NotImplementedError
+
+    def layer_on(self, device: torch.device, **kwargs: object) -> KernelFeatureMap:
+        """``make_layer(**kwargs)`` moved to ``device``."""
+        return self.make_layer(**kwargs).to(device)
 
     def test_is_a_kernel_feature_map(self) -> None:
         layer = self.make_layer()
@@ -45,31 +49,32 @@ class FeatureMapContract:
         assert f"in_features={IN_FEATURES}" in text
         assert f"out_features={OUT_FEATURES}" in text
 
-    def test_output_shape(self) -> None:
-        layer = self.make_layer()
-        assert layer(torch.rand(11, IN_FEATURES)).shape == (11, OUT_FEATURES)
+    def test_output_shape(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        out = layer(torch.rand(11, IN_FEATURES, device=device))
+        assert out.shape == (11, OUT_FEATURES) and out.device.type == device.type
 
-    def test_leading_dimensions(self) -> None:
-        layer = self.make_layer()
-        x = torch.rand(2, 3, IN_FEATURES)
+    def test_leading_dimensions(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        x = torch.rand(2, 3, IN_FEATURES, device=device)
         out = layer(x)
         assert out.shape == (2, 3, OUT_FEATURES)
         torch.testing.assert_close(out[1], layer(x[1]))
 
-    def test_batch_of_one(self) -> None:
-        layer = self.make_layer()
-        x = torch.rand(4, IN_FEATURES)
+    def test_batch_of_one(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        x = torch.rand(4, IN_FEATURES, device=device)
         torch.testing.assert_close(layer(x[2:3]), layer(x)[2:3])
 
-    def test_non_contiguous_input(self) -> None:
-        layer = self.make_layer()
-        x = torch.rand(IN_FEATURES, 9).T
+    def test_non_contiguous_input(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        x = torch.rand(IN_FEATURES, 9, device=device).T
         assert not x.is_contiguous()
         torch.testing.assert_close(layer(x), layer(x.contiguous()))
 
-    def test_to_float64(self) -> None:
-        layer = self.make_layer()
-        x = torch.rand(6, IN_FEATURES)
+    def test_to_float64(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        x = torch.rand(6, IN_FEATURES, device=device)
         out32 = layer(x)
         layer64 = layer.to(torch.float64)
         out64 = layer64(x.double())
@@ -77,59 +82,62 @@ class FeatureMapContract:
         assert all(p.dtype == torch.float64 for p in layer64.parameters())
         torch.testing.assert_close(out64.float(), out32, rtol=1e-4, atol=1e-5)
 
-    def test_state_dict_round_trip_before_forward(self) -> None:
-        a, b = self.make_layer(seed=1), self.make_layer(seed=2)
-        x = torch.rand(6, IN_FEATURES)
+    def test_state_dict_round_trip_before_forward(self, device: torch.device) -> None:
+        a, b = self.layer_on(device, seed=1), self.layer_on(device, seed=2)
+        x = torch.rand(6, IN_FEATURES, device=device)
         assert not torch.allclose(a(x), b(x))
         b.load_state_dict(a.state_dict())
         torch.testing.assert_close(a(x), b(x))
 
-    def test_torch_save_load(self) -> None:
-        layer = self.make_layer()
+    def test_torch_save_load(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
         buffer = io.BytesIO()
         torch.save(layer.state_dict(), buffer)
         buffer.seek(0)
-        state = torch.load(buffer, weights_only=True)
-        fresh = self.make_layer(seed=99)
+        state = torch.load(buffer, weights_only=True, map_location=device)
+        fresh = self.layer_on(device, seed=99)
         fresh.load_state_dict(state)
-        x = torch.rand(3, IN_FEATURES)
+        x = torch.rand(3, IN_FEATURES, device=device)
         torch.testing.assert_close(fresh(x), layer(x))
 
-    def test_pickle(self) -> None:
-        layer = self.make_layer()
+    def test_pickle(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
         clone = pickle.loads(pickle.dumps(layer))
-        x = torch.rand(3, IN_FEATURES)
+        x = torch.rand(3, IN_FEATURES, device=device)
         torch.testing.assert_close(clone(x), layer(x))
 
-    def test_seed_reproducible(self) -> None:
-        x = torch.rand(3, IN_FEATURES)
-        torch.testing.assert_close(self.make_layer(seed=5)(x), self.make_layer(seed=5)(x))
+    def test_seed_reproducible(self, device: torch.device) -> None:
+        x = torch.rand(3, IN_FEATURES, device=device)
+        torch.testing.assert_close(
+            self.layer_on(device, seed=5)(x), self.layer_on(device, seed=5)(x)
+        )
 
-    def test_get_config_rebuilds_the_map(self) -> None:
-        layer = self.make_layer(seed=3)
+    def test_get_config_rebuilds_the_map(self, device: torch.device) -> None:
+        layer = self.layer_on(device, seed=3)
         config = layer.get_config()
         assert {"in_features", "out_features"} <= set(config)
-        rebuilt = type(layer)(**config)
+        rebuilt = type(layer)(**config).to(device)
         assert rebuilt.get_config() == config
         rebuilt.load_state_dict(layer.state_dict())
-        x = torch.rand(4, IN_FEATURES)
+        x = torch.rand(4, IN_FEATURES, device=device)
         torch.testing.assert_close(rebuilt(x), layer(x))
 
-    @pytest.mark.parametrize("device", DEVICES)
-    def test_device_move(self, device: str) -> None:
+    def test_device_move(self, device: torch.device) -> None:
+        """Moved from the CPU, the map computes the CPU's features on ``device``."""
         layer = self.make_layer()
         x = torch.rand(5, IN_FEATURES)
         want = layer(x)
         moved = layer.to(device)
-        assert all(t.device.type == device for t in [*moved.parameters(), *moved.buffers()])
+        tensors = [*moved.parameters(), *moved.buffers()]
+        assert all(t.device.type == device.type for t in tensors)
         got = moved(x.to(device))
-        assert got.device.type == device
+        assert got.device.type == device.type
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
 
-    def test_discriminant_information_is_that_of_the_features(self) -> None:
-        layer = self.make_layer().to(torch.float64)
-        x = torch.rand(40, IN_FEATURES, dtype=torch.float64)
-        y = torch.arange(40) % 3
+    def test_discriminant_information_is_that_of_the_features(self, device: torch.device) -> None:
+        layer = self.layer_on(device).to(torch.float64)
+        x = torch.rand(40, IN_FEATURES, dtype=torch.float64, device=device)
+        y = torch.arange(40, device=device) % 3
         got = layer.discriminant_information(x, y, rho=0.1, num_classes=3)
         want = discriminant_information(layer(x), y, rho=0.1, num_classes=3)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
@@ -141,9 +149,9 @@ class LayerContract(FeatureMapContract):
     #: Whether the map takes ``kernel=`` (FastfoodLayer is Gaussian only).
     takes_kernel = True
 
-    def test_gradients_reach_parameters(self) -> None:
-        layer = self.make_layer()
-        layer(torch.rand(8, IN_FEATURES)).pow(2).sum().backward()
+    def test_gradients_reach_parameters(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        layer(torch.rand(8, IN_FEATURES, device=device)).pow(2).sum().backward()
         params = [p for p in layer.parameters() if p.requires_grad]
         assert params
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
@@ -152,22 +160,33 @@ class LayerContract(FeatureMapContract):
         layer = self.make_layer(trainable=False)
         assert not any(p.requires_grad for p in layer.parameters())
 
-    def test_rejects_wrong_width(self) -> None:
-        name = type(self.make_layer()).__name__
+    def test_rejects_wrong_width(self, device: torch.device) -> None:
+        layer = self.layer_on(device)
+        name = type(layer).__name__
         with pytest.raises(
             ValueError, match=rf"{name}: argument 'x' must have last dimension {IN_FEATURES}"
         ):
-            self.make_layer()(torch.rand(3, IN_FEATURES + 1))
+            layer(torch.rand(3, IN_FEATURES + 1, device=device))
+
+    def test_rejects_input_on_another_device(self, device: torch.device) -> None:
+        """A map on ``device`` names its device when given rows from elsewhere (on the
+        CPU: a map moved to ``meta``)."""
+        layer = self.layer_on(device if device.type != "cpu" else torch.device("meta"))
+        here = "meta" if device.type == "cpu" else device.type
+        with pytest.raises(
+            ValueError, match=rf"argument 'x' must be on the layer's device {here}.*, got cpu"
+        ):
+            layer(torch.rand(3, IN_FEATURES))
 
     def test_rejects_scalar_input(self) -> None:
         with pytest.raises(ValueError, match="at least 1 dimension"):
             self.make_layer()(torch.tensor(1.0))
 
-    def test_rejects_non_finite_input(self) -> None:
-        x = torch.rand(3, IN_FEATURES)
+    def test_rejects_non_finite_input(self, device: torch.device) -> None:
+        x = torch.rand(3, IN_FEATURES, device=device)
         x[1, 2] = float("inf")
         with pytest.raises(ValueError, match="'x' must be finite, got 1 NaN/Inf"):
-            self.make_layer()(x)
+            self.layer_on(device)(x)
 
     def test_rejects_integer_input(self) -> None:
         with pytest.raises(TypeError, match="'x' must be a floating-point tensor"):

@@ -122,8 +122,8 @@ class KernelFeatureMap(nn.Module, ABC):
         hold (``why`` says what would overflow), and ``reference``'s device.
 
         Raises:
-            ValueError: wrong width, non-finite or too large values.
-            RuntimeError: ``x`` is on another device than ``reference``.
+            ValueError: wrong width, non-finite or too large values, or ``x`` on another
+                device than ``reference``.
         """
         owner = type(self).__name__
         check_features(

@@ -5,8 +5,8 @@ objective) normally reads a device value on the host, which on a GPU waits for t
 queued kernels: a synchronisation per check. Inside :func:`deferred_checks` the checks
 instead record a boolean tensor in a :class:`DeferredChecks`, computed on the device and
 not read; :meth:`DeferredChecks.first_failure` reads them all at once (one
-synchronisation), e.g. at the end of a training epoch
-(``KernelClassifier(check_every="epoch")``, read by
+synchronisation), e.g. at the end of a training epoch (``KernelClassifier`` on a GPU
+by default, or with ``check_every="epoch"``; read by
 :class:`kernel_layers.training.deferred.EpochChecks`). Torch only: the numerics and
 objectives record into it without importing the training package.
 

@@ -5,7 +5,7 @@ squared distances overflow, or when the objective fails or is non-finite after i
 large a learning rate). :class:`DivergenceGuard` keeps the parameters from before the
 last step, puts them back and stops the fit with the reason (warned, and kept in
 ``stop_reason``), so the checkpoints written as the fit stops hold the last good
-parameters. With deferred checks (``check_every="epoch"``,
+parameters. With deferred checks (on a GPU by default, or ``check_every="epoch"``:
 :class:`~kernel_layers.training.deferred.EpochChecks`) the failures are recorded on the
 device instead and what is restored is the epoch's start.
 """
@@ -46,7 +46,7 @@ class DivergenceGuard:
         self.stop_reason: str | None = None
         #: The parameters and their values a failure goes back to.
         self.saved: list[tuple[Tensor, Tensor]] | None = None
-        #: The current epoch's checks with ``check_every="epoch"``; ``None``: read at once.
+        #: The current epoch's deferred checks; ``None``: each is read at once.
         self.deferred: DeferredChecks | None = None
 
     def snapshot(self, params: Iterable[Tensor]) -> None:
@@ -73,8 +73,7 @@ class DivergenceGuard:
         self.restore()
         where = "" if batch_idx is None else f", batch {batch_idx}"
         kept = (
-            "the parameters from the epoch's start (checks read once per epoch: "
-            "check_every='epoch')"
+            "the parameters from the epoch's start (the checks are read once per epoch)"
             if batch_idx is None
             else "the parameters before the last optimiser step"
         )

@@ -28,7 +28,7 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
-from kernel_layers.training.deferred import EpochChecks
+from kernel_layers.training.deferred import CHECK_EVERY, EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging
 from kernel_layers.training.divergence import DivergenceGuard
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms, model_prox_step
@@ -51,7 +51,6 @@ __all__ = ["OBJECTIVES", "KernelClassifier"]
 #: cross-entropy baselines.
 OBJECTIVES = ("di", "ls", "ce")
 #: When the training step's checks are read: at each step, or once per epoch.
-CHECK_EVERY = ("step", "epoch")
 
 
 class KernelClassifier(LightningModule):
@@ -107,10 +106,13 @@ class KernelClassifier(LightningModule):
             ``lam * sum_k ||W_k||_F`` over the map's feature blocks
             (:mod:`~kernel_layers.training.group_lasso`); :meth:`block_norms` gives the
             norms (also logged as ``block_norm/<k>`` and ``train/active_blocks``).
-        check_every: ``"step"`` (default): each check of the training step (inputs,
-            factorisations, objective, divergence) reads its device value at once, a
-            host synchronisation on a GPU; ``"epoch"``: recorded on the device and read
-            once at the epoch's end (:class:`~kernel_layers.training.deferred.EpochChecks`).
+        check_every: when the checks of a training step (inputs, labels,
+            factorisations, objective, divergence) are read. ``"step"``: each reads its
+            device value at once (a host synchronisation on a GPU) and a failure is
+            reported at its batch; ``"epoch"``: recorded on the device and read once at
+            the epoch's end (:class:`~kernel_layers.training.deferred.EpochChecks`), the
+            epoch's start restored on a failure; ``"auto"`` (default): ``"step"`` on the
+            CPU, ``"epoch"`` on any other device.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
@@ -140,7 +142,7 @@ class KernelClassifier(LightningModule):
         init_landmarks: bool = True,
         return_scores: bool = False,
         group_lasso: float = 0.0,
-        check_every: str = "step",
+        check_every: str = "auto",
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -224,12 +226,13 @@ class KernelClassifier(LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI
-        (objective ``"di"``) and the deferred checks (``check_every="epoch"``)."""
+        (objective ``"di"``) and the deferred checks (unless ``check_every="step"``)."""
         callbacks: list[Callback] = [ReadoutRefit()]
         if self.hparams["objective"] == "di":
             callbacks.append(EpochDILogging())
-        if self.hparams.get("check_every", "step") == "epoch":
-            callbacks.insert(0, EpochChecks())  # read before anything logs the epoch
+        check_every = self.hparams["check_every"]
+        if check_every != "step":
+            callbacks.insert(0, EpochChecks(check_every))  # read before anything logs
         return callbacks
 
     # ------------------------------------------------------------------ features
