@@ -296,6 +296,12 @@ def main() -> None:
         "rest_s": round(epoch_s - statistics.fmean(batches) - statistics.fmean(validation), 4),
         "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__,
+        # The largest GPU allocation of the run (the fit and the steps alone); CPU: none.
+        "peak_mib": (
+            round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+            if device.type == "cuda"
+            else None
+        ),
     }
     print(json.dumps(row))
     if json_path:

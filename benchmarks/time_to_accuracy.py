@@ -273,6 +273,12 @@ def recipe_curve(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d"),
         "curve": curve.rows,
         "incumbents": incumbents,
+        # The largest GPU allocation of the fit; CPU: none.
+        "peak_mib": (
+            round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            if torch.cuda.is_available() and model.device.type == "cuda"
+            else None
+        ),
     }
 
 

@@ -65,7 +65,8 @@ class ScriptedModule(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         epoch = self.current_epoch
         value = self.script[min(epoch, len(self.script) - 1)]
-        self.log("train/di", torch.tensor(float(value)), on_step=True, on_epoch=True)
+        logged = torch.tensor(float(value), device=self.device)  # on the training device
+        self.log("train/di", logged, on_step=True, on_epoch=True)
         if batch_idx == 0:
             self.epoch_lrs[epoch] = [
                 float(g["lr"]) for g in self.trainer.optimizers[0].param_groups
@@ -140,7 +141,7 @@ def test_is_improvement(
 
 
 def test_plateau_decay_fires_exactly_after_patience_epochs(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     # epoch:   0  1  2  3  4  5  6  7  8  9
     script = [1, 2, 3, 3, 3, 3, 4, 4, 4, 4]
@@ -280,7 +281,7 @@ def test_di_saturation_patience_counts_epochs_after_decay(
 
 @pytest.mark.parametrize("bad", [NAN, math.inf, -math.inf])
 def test_di_saturation_non_finite_stops_at_once(
-    make_trainer: Callable[..., L.Trainer], bad: float
+    make_trainer: Callable[..., L.Trainer], bad: float, device: torch.device
 ) -> None:
     cb = DISaturationStopping()
     _, module = fit(make_trainer, [1.0, 2.0, bad, 3.0], [cb], max_epochs=10)
@@ -309,7 +310,7 @@ PAPER_SCRIPT = [1, 2, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4]
 
 @pytest.mark.parametrize("stop_first", [False, True])
 def test_both_callbacks_reproduce_the_paper_rule(
-    make_trainer: Callable[..., L.Trainer], stop_first: bool
+    make_trainer: Callable[..., L.Trainer], stop_first: bool, device: torch.device
 ) -> None:
     decay = PlateauDecay(patience=2)
     stop = DISaturationStopping()
@@ -415,7 +416,7 @@ def test_resume_from_epoch_checkpoints_continues_exactly(
 
 
 def test_resume_from_save_checkpoint_continues_exactly(
-    make_trainer: Callable[..., L.Trainer], tmp_path: Any
+    make_trainer: Callable[..., L.Trainer], tmp_path: Any, device: torch.device
 ) -> None:
     reference_cbs = _callbacks()
     reference, _ = fit(make_trainer, PAPER_SCRIPT, reference_cbs, max_epochs=30)

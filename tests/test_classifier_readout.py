@@ -1,5 +1,5 @@
 """KernelClassifier's read-out: refitted whenever the features it was fitted on changed,
-and a rank-truncated Nystrom layer trains and reads out like any other."""
+and a rank-truncated Nystrom layer trains and reads out like any other (on every device)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _quiet() -> None:
 
 
 def test_validate_then_test_gives_the_accuracy_of_test_alone(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     def run(validate_first: bool) -> float:
         L.seed_everything(0)
@@ -40,7 +40,7 @@ def test_validate_then_test_gives_the_accuracy_of_test_alone(
 
 
 def test_read_out_is_refitted_when_the_features_changed(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     L.seed_everything(0)
     model = KernelClassifier(NystromLayer(64, 200, gamma=0.02), num_classes=10)
@@ -56,7 +56,7 @@ def test_read_out_is_refitted_when_the_features_changed(
 
 
 def test_rank_truncated_nystrom_trains_inside_kernel_classifier(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     L.seed_everything(0)
     model = KernelClassifier(NystromLayer(64, 100, gamma=0.02, rank=20), num_classes=10)

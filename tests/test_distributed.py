@@ -1,4 +1,5 @@
-"""Exact DI across processes: 2-process gloo on CPU against the single-process batch."""
+"""Exact DI across processes: 2-process gloo against the single-process batch, with the
+tensors on each device of ``conftest.DEVICES`` (both processes share one GPU)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import DEVICES
 
 from kernel_layers import (
     FourierLayer,
@@ -37,12 +39,12 @@ def _data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return x, labels, z
 
 
-def _worker(rank: int, port: int, out: str) -> None:
+def _worker(rank: int, port: int, out: str, device: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
     )
     try:
-        x, labels, z = _data()
+        x, labels, z = (t.to(device) for t in _data())
         rows = slice(rank * 24, (rank + 1) * 24)
         phi = (x[rows] * 3.0).requires_grad_(True)
         di = discriminant_information(phi, labels[rows], sync_dist=True)  # num_classes agreed
@@ -75,11 +77,13 @@ def _worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+@pytest.fixture(scope="module", params=DEVICES)
+def two_process_results(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> list[dict]:
     out = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
-    return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
+    mp.spawn(_worker, args=(_free_port(), str(out), request.param), nprocs=WORLD, join=True)
+    return [torch.load(out / f"rank{r}.pt", map_location="cpu") for r in range(WORLD)]
 
 
 def test_di_value_and_local_gradients_match_single_process(two_process_results) -> None:

@@ -141,11 +141,11 @@ def test_torch_export_matches_eager(layer: nn.Module) -> None:
 
 
 @pytest.mark.parametrize("name", ["fourier", "fourier_ard_cossin", "nystrom", "nystrom_ard"])
-def test_torch_compile_full_graph_forward_and_backward(name: str) -> None:
+def test_torch_compile_full_graph_forward_and_backward(name: str, device: torch.device) -> None:
     """Training mode: no graph break (fullgraph=True) and eager's gradients."""
     torch._dynamo.reset()
-    layer = LAYERS[name]().train()
-    x, _ = _inputs()
+    layer = LAYERS[name]().train().to(device)
+    x = _inputs()[0].to(device)
     compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
     out = compiled(x)
     out.square().sum().backward()
@@ -191,21 +191,26 @@ def test_backbone_with_kernel_layer_exports() -> None:
 
 
 # --------------------------------------------------------- the eval-mode inference cache
-def test_nystrom_eval_cache_follows_changed_landmarks() -> None:
+def test_nystrom_eval_cache_follows_changed_landmarks(device: torch.device) -> None:
     """Landmarks changed in eval mode (in place or replaced) are never served stale."""
-    layer = NystromLayer(6, 10, gamma=0.5, seed=0).eval()
-    x, _ = _inputs()
+
+    def rebuilt(layer: NystromLayer) -> NystromLayer:
+        """A fresh layer with ``layer``'s landmarks (no cache), on its device."""
+        return NystromLayer(6, 10, gamma=0.5, landmarks=layer.landmarks.detach().cpu()).to(device)
+
+    layer = NystromLayer(6, 10, gamma=0.5, seed=0).to(device).eval()
+    x = _inputs()[0].to(device)
     with torch.no_grad():
         before = layer(x)
         layer.landmarks.mul_(0.5)
         after = layer(x)
-        fresh = NystromLayer(6, 10, gamma=0.5, landmarks=layer.landmarks).eval()(x)
+        fresh = rebuilt(layer).eval()(x)
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, fresh, atol=1e-6, rtol=0)
     layer.load_state_dict({"landmarks": torch.rand(10, 6)})
     with torch.no_grad():
         reloaded = layer(x)
-        expected = NystromLayer(6, 10, gamma=0.5, landmarks=layer.landmarks).train()(x)
+        expected = rebuilt(layer).train()(x)
     torch.testing.assert_close(reloaded, expected, atol=1e-5, rtol=0)
 
 

@@ -18,15 +18,15 @@ from kernel_layers.kernels import gaussian_kernel
 def _autograd_di(phi: torch.Tensor, y: torch.Tensor, rho: float) -> torch.Tensor:
     """DI written with differentiable torch ops only (the naive implementation)."""
     pc, yc = phi - phi.mean(0), y - y.mean(0)
-    s = pc.T @ pc + rho * torch.eye(phi.shape[1], dtype=phi.dtype)
+    s = pc.T @ pc + rho * torch.eye(phi.shape[1], dtype=phi.dtype, device=phi.device)
     m = pc.T @ yc
     return (m * torch.linalg.solve(s, m)).sum()
 
 
 @pytest.mark.parametrize("form", ["primal", "dual"])
-def test_di_gradcheck_labels(form: str) -> None:
-    phi = torch.randn(9, 4, dtype=torch.float64, requires_grad=True)
-    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 1])
+def test_di_gradcheck_labels(form: str, device: torch.device) -> None:
+    phi = torch.randn(9, 4, dtype=torch.float64, device=device, requires_grad=True)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 1], device=device)
     assert gradcheck(lambda p: discriminant_information(p, labels, rho=0.1, form=form), (phi,))
 
 
@@ -37,9 +37,9 @@ def test_di_gradcheck_regression_targets_and_features(form: str) -> None:
     assert gradcheck(lambda p, t: discriminant_information(p, t, rho=0.1, form=form), (phi, y))
 
 
-def test_custom_backward_equals_autograd() -> None:
-    phi = torch.randn(300, 40, dtype=torch.float64, requires_grad=True)
-    labels = torch.randint(0, 5, (300,))
+def test_custom_backward_equals_autograd(device: torch.device) -> None:
+    phi = torch.randn(300, 40, dtype=torch.float64, device=device, requires_grad=True)
+    labels = torch.randint(0, 5, (300,), device=device)
     y = torch.nn.functional.one_hot(labels, 5).double()
     y = y / y.sum(0).sqrt()
     (g_custom,) = torch.autograd.grad(discriminant_information(phi, labels), phi)
@@ -47,9 +47,9 @@ def test_custom_backward_equals_autograd() -> None:
     torch.testing.assert_close(g_custom, g_auto, rtol=1e-7, atol=1e-9)
 
 
-def test_custom_backward_float32_close_to_float64() -> None:
-    phi = torch.randn(500, 50, dtype=torch.float64)
-    labels = torch.randint(0, 5, (500,))
+def test_custom_backward_float32_close_to_float64(device: torch.device) -> None:
+    phi = torch.randn(500, 50, dtype=torch.float64, device=device)
+    labels = torch.randint(0, 5, (500,), device=device)
     p64 = phi.clone().requires_grad_(True)
     p32 = phi.float().requires_grad_(True)
     discriminant_information(p64, labels).backward()
@@ -58,10 +58,10 @@ def test_custom_backward_float32_close_to_float64() -> None:
     torch.testing.assert_close(p32.grad.double(), p64.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_nysdi_gradcheck_inputs_and_landmarks() -> None:
-    x = torch.rand(10, 3, dtype=torch.float64, requires_grad=True)
-    z = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
-    labels = torch.arange(10) % 3
+def test_nysdi_gradcheck_inputs_and_landmarks(device: torch.device) -> None:
+    x = torch.rand(10, 3, dtype=torch.float64, device=device, requires_grad=True)
+    z = torch.rand(4, 3, dtype=torch.float64, device=device, requires_grad=True)
+    labels = torch.arange(10, device=device) % 3
 
     def f(x_: torch.Tensor, z_: torch.Tensor) -> torch.Tensor:
         return nystrom_discriminant_information(x_, labels, z_, gamma=0.7, rho=0.05, jitter=1e-3)
@@ -82,17 +82,17 @@ def test_nysdi_laplacian_gradcheck() -> None:
     assert gradcheck(f, (z,))
 
 
-def test_nysdi_gradient_equals_autograd_of_eq10() -> None:
-    x = torch.rand(60, 5, dtype=torch.float64)
-    labels = torch.arange(60) % 3
-    z = torch.rand(8, 5, dtype=torch.float64, requires_grad=True)
+def test_nysdi_gradient_equals_autograd_of_eq10(device: torch.device) -> None:
+    x = torch.rand(60, 5, dtype=torch.float64, device=device)
+    labels = torch.arange(60, device=device) % 3
+    z = torch.rand(8, 5, dtype=torch.float64, device=device, requires_grad=True)
     (g_custom,) = torch.autograd.grad(
         nystrom_discriminant_information(x, labels, z, gamma=0.5, rho=0.01, jitter=1e-6), z
     )
     y = torch.nn.functional.one_hot(labels).double()
     y = y / y.sum(0).sqrt()
     g = gaussian_kernel(x, z, 0.5)
-    k = gaussian_kernel(z, z, 0.5) + 1e-6 * torch.eye(8, dtype=torch.float64)
+    k = gaussian_kernel(z, z, 0.5) + 1e-6 * torch.eye(8, dtype=torch.float64, device=device)
     gc, yc = g - g.mean(0), y - y.mean(0)
     m = gc.T @ yc
     naive = (m * torch.linalg.solve(gc.T @ gc + 0.01 * k, m)).sum()
@@ -101,9 +101,9 @@ def test_nysdi_gradient_equals_autograd_of_eq10() -> None:
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
-def test_fourier_layer_gradcheck(kernel: str) -> None:
-    layer = FourierLayer(3, 5, kernel=kernel, gamma=0.5, seed=0, dtype=torch.float64)
-    x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+def test_fourier_layer_gradcheck(kernel: str, device: torch.device) -> None:
+    layer = FourierLayer(3, 5, kernel=kernel, gamma=0.5, seed=0, dtype=torch.float64).to(device)
+    x = torch.rand(4, 3, dtype=torch.float64, device=device, requires_grad=True)
 
     def f(x_: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.func.functional_call(layer, {"frequencies": w, "phases": b}, (x_,))
@@ -114,9 +114,10 @@ def test_fourier_layer_gradcheck(kernel: str) -> None:
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
-def test_nystrom_layer_gradcheck(kernel: str) -> None:
+def test_nystrom_layer_gradcheck(kernel: str, device: torch.device) -> None:
     layer = NystromLayer(3, 4, kernel=kernel, gamma=0.5, seed=0, dtype=torch.float64, jitter=1e-4)
-    x = torch.rand(5, 3, dtype=torch.float64, requires_grad=True)
+    layer = layer.to(device)
+    x = torch.rand(5, 3, dtype=torch.float64, device=device, requires_grad=True)
 
     def f(x_: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return torch.func.functional_call(layer, {"landmarks": z}, (x_,))

@@ -111,18 +111,18 @@ def test_registry_has_every_kernel() -> None:
 
 @pytest.mark.parametrize("name", sorted(ref.KERNELS))
 @pytest.mark.parametrize("gamma", [0.3, 1.0])
-def test_kernel_matches_reference(name: str, gamma: float) -> None:
+def test_kernel_matches_reference(name: str, gamma: float, device: torch.device) -> None:
     reference, params = ref.KERNELS[name]
     rng = np.random.default_rng(1)
     x, z = rng.random((9, 4)), rng.random((6, 4))
     x[0, 0] = z[0, 0] = 0.0  # chi2's 0/0 term counts 0
     spec = get_kernel(name)
-    got = spec.matrix(torch.tensor(x), torch.tensor(z), gamma, **params).numpy()
+    tx, tz = torch.tensor(x, device=device), torch.tensor(z, device=device)
+    got = spec.matrix(tx, tz, gamma, **params).cpu().numpy()
     np.testing.assert_allclose(got, reference(x, z, gamma, **params), rtol=1e-11, atol=1e-13)
     # x is z (the landmark Gram path) and a bound kernel give the same values
     bound = spec.bind(params)
-    tx = torch.tensor(x)
-    gram = bound.matrix(tx, tx, gamma).numpy()
+    gram = bound.matrix(tx, tx, gamma).cpu().numpy()
     np.testing.assert_allclose(gram, reference(x, x, gamma, **params), rtol=1e-11, atol=1e-13)
 
 
@@ -173,11 +173,11 @@ def test_spectral_law_reproduces_the_kernel(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ref.KERNELS))
-def test_kernel_gradcheck(name: str) -> None:
+def test_kernel_gradcheck(name: str, device: torch.device) -> None:
     _, params = ref.KERNELS[name]
     spec = get_kernel(name).bind(params)
-    x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
-    z = torch.rand(3, 3, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(4, 3, dtype=torch.float64, device=device, requires_grad=True)
+    z = torch.rand(3, 3, dtype=torch.float64, device=device, requires_grad=True)
     assert gradcheck(lambda a, b: spec.matrix(a, b, 0.8), (x, z))
     assert gradcheck(lambda a: spec.matrix(a, a, 0.8), (x,))
 

@@ -34,18 +34,18 @@ def _data(n: int = 1200, seed: int = 0) -> TensorDataModule:
     return TensorDataModule(x[:n], y[:n], x[n:], y[n:], batch_size=300, val_fraction=0.0, seed=seed)
 
 
-def test_ridge_head_equals_sklearn_ridge() -> None:
+def test_ridge_head_equals_sklearn_ridge(device: torch.device) -> None:
     rng = np.random.default_rng(0)
     phi = rng.normal(size=(300, 12)) + 5.0
     labels = rng.integers(0, 3, 300)
-    head = RidgeHead(12, 3, rho=0.7)
+    head = RidgeHead(12, 3, rho=0.7).to(device)
     for chunk in np.array_split(np.arange(300), 7):  # streamed in uneven batches
-        head.update(torch.tensor(phi[chunk]), torch.tensor(labels[chunk]))
+        head.update(torch.tensor(phi[chunk], device=device), torch.tensor(labels[chunk]).to(device))
     head.fit()
     reference = Ridge(alpha=0.7).fit(phi, np.eye(3)[labels])
-    np.testing.assert_allclose(head.weight.double().numpy(), reference.coef_.T, rtol=1e-6)
-    np.testing.assert_allclose(head.bias.double().numpy(), reference.intercept_, rtol=1e-6)
-    scores = head(torch.tensor(phi, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(head.weight.double().cpu().numpy(), reference.coef_.T, rtol=1e-6)
+    np.testing.assert_allclose(head.bias.double().cpu().numpy(), reference.intercept_, rtol=1e-6)
+    scores = head(torch.tensor(phi, dtype=torch.float32, device=device)).cpu().numpy()
     np.testing.assert_allclose(scores, reference.predict(phi), rtol=1e-4, atol=1e-4)
 
 
@@ -97,7 +97,7 @@ def _train(
 @pytest.mark.parametrize("objective", ["di", "ls", "ce"])
 @pytest.mark.parametrize("layer_cls", [NystromLayer, FourierLayer])
 def test_each_objective_beats_its_untrained_start(
-    make_trainer: Callable[..., L.Trainer], objective: str, layer_cls: type
+    make_trainer: Callable[..., L.Trainer], device: torch.device, objective: str, layer_cls: type
 ) -> None:
     # Same data, seeds, read-out and schedule; only the kernel layer's trainability differs.
     frozen, _ = _train(make_trainer, layer_cls, objective, trainable=False)
@@ -124,7 +124,7 @@ def test_di_rejects_batches_not_larger_than_j(make_trainer: Callable[..., L.Trai
 
 
 def test_predict_returns_classes_and_scores_on_request(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     dm = _data()
     model = KernelClassifier(FourierLayer(10, 16, seed=0), num_classes=4, return_scores=True)
@@ -138,24 +138,24 @@ def test_predict_returns_classes_and_scores_on_request(
 
 
 def test_landmarks_initialised_from_training_rows_once(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     L.seed_everything(0)
     dm = _data()
     model = KernelClassifier(NystromLayer(10, 20, seed=0), num_classes=4, lr=1e-9)
     make_trainer(max_epochs=1).fit(model, dm)
     train = torch.as_tensor(dm.train_features())
-    z = model.kernel_layer.landmarks.detach()
+    z = model.kernel_layer.landmarks.detach().cpu()
     gap = (z[:, None, :] - train[None, :, :]).abs().amax(-1).min(1).values
     assert bool(model.landmarks_initialised)
     assert gap.max() < 1e-6  # every landmark is (within one tiny Adam step of) a training row
     before = z.clone()
     make_trainer(max_epochs=1).fit(model, dm)  # flag set: not re-initialised
-    assert torch.allclose(model.kernel_layer.landmarks.detach(), before, atol=1e-4)
+    assert torch.allclose(model.kernel_layer.landmarks.detach().cpu(), before, atol=1e-4)
 
 
 def test_backbone_is_trained_with_its_own_learning_rate(
-    make_trainer: Callable[..., L.Trainer],
+    make_trainer: Callable[..., L.Trainer], device: torch.device
 ) -> None:
     dm = _data()
     backbone = nn.Sequential(nn.Linear(10, 8), nn.Tanh())
@@ -165,7 +165,7 @@ def test_backbone_is_trained_with_its_own_learning_rate(
     first = backbone[0].weight.detach().clone()
     trainer = make_trainer(max_epochs=1)
     trainer.fit(model, dm)
-    assert not torch.equal(first, backbone[0].weight.detach())
+    assert not torch.equal(first, backbone[0].weight.detach().cpu())
     lrs = {g["name"]: g["lr"] for g in trainer.optimizers[0].param_groups}
     assert lrs == {"kernel": 1e-2, "backbone": 1e-3}
 
@@ -445,7 +445,9 @@ class _DIEpochs(L.Callback):
         self.values.append(float(trainer.callback_metrics["train/di_epoch"]))
 
 
-def test_a_user_defined_map_trains_with_di(make_trainer: Callable[..., L.Trainer]) -> None:
+def test_a_user_defined_map_trains_with_di(
+    make_trainer: Callable[..., L.Trainer], device: torch.device
+) -> None:
     L.seed_everything(0)
     dm = _data()
     layer = _CosineMap(10, 24)
@@ -457,10 +459,10 @@ def test_a_user_defined_map_trains_with_di(make_trainer: Callable[..., L.Trainer
     }
     record = _DIEpochs()
     make_trainer(max_epochs=6, callbacks=[record]).fit(model, dm)
-    assert not torch.equal(layer.weight.detach(), start)  # trained by the DI gradient
+    assert not torch.equal(layer.weight.detach().cpu(), start)  # trained by the DI gradient
     assert len(record.values) == 6 and record.values[-1] > record.values[0] + 0.05
     # The DI the model trains is the map's (the default: DI of its features).
-    x, y = next(iter(dm.train_dataloader()))
+    x, y = (t.to(model.device) for t in next(iter(dm.train_dataloader())))
     with torch.no_grad():
         di = discriminant_information(layer(x), y, rho=model.hparams["rho"], num_classes=4)
         assert torch.allclose(model._di(x, y), di)
@@ -485,3 +487,17 @@ def test_a_map_that_wants_rows_gets_exactly_those_rows_once(
     unset = KernelClassifier(_RowsMap(10, 12), num_classes=4, init_landmarks=False)
     make_trainer(max_epochs=1).fit(unset, dm)
     assert unset.kernel_layer.received == []
+
+
+def test_bf16_mixed_precision_trains_and_tests(
+    make_trainer: Callable[..., L.Trainer], device: torch.device
+) -> None:
+    """``precision="bf16-mixed"``: the DI objective stays float32 and training still helps."""
+    L.seed_everything(0)
+    dm = _data()
+    model = KernelClassifier(NystromLayer(10, 24, gamma=3.0, seed=0), num_classes=4, lr=0.05)
+    record = _DIEpochs()
+    make_trainer(max_epochs=4, precision="bf16-mixed", callbacks=[record]).fit(model, dm)
+    assert all(np.isfinite(record.values)) and record.values[-1] > record.values[0]
+    assert model.kernel_layer.landmarks.dtype == torch.float32
+    assert _fitted_accuracy(make_trainer, model, dm) > 0.5  # chance: 0.25

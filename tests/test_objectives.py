@@ -32,10 +32,10 @@ def _features(b: int = 60, j: int = 12, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("form", ["primal", "dual", "auto"])
 @pytest.mark.parametrize(("b", "j"), [(60, 12), (12, 30)])
-def test_di_matches_numpy_labels(form: str, b: int, j: int) -> None:
+def test_di_matches_numpy_labels(form: str, b: int, j: int, device: torch.device) -> None:
     phi = _features(b, j)
     labels = torch.arange(b) % 4
-    got = discriminant_information(phi, labels, rho=1e-3, form=form)
+    got = discriminant_information(phi.to(device), labels.to(device), rho=1e-3, form=form)
     want = ref.di(phi.numpy(), ref.onehot_unit(labels.numpy(), 4), 1e-3)
     assert got.dtype == torch.float64
     assert got.item() == pytest.approx(want, rel=1e-10)
@@ -154,7 +154,7 @@ def test_shared_statistics_centre_scale_and_multiply_as_float64_reference(joint:
     assert (y_c[:, 3] == 0).all()
 
 
-def test_float32_agrees_with_float64_at_paper_size() -> None:
+def test_float32_agrees_with_float64_at_paper_size(device: torch.device) -> None:
     # (B, J) = (4000, 2000): random Fourier features of the digits, resampled.
     x, labels = load_digits(return_X_y=True)
     idx = torch.randint(0, len(x), (4000,))
@@ -162,16 +162,19 @@ def test_float32_agrees_with_float64_at_paper_size() -> None:
     layer = FourierLayer(64, 2000, gamma=0.05, seed=1, dtype=torch.float64)
     with torch.no_grad():
         phi = layer(xt)
-    y = torch.tensor(labels)[idx]
+    phi, y = phi.to(device), torch.tensor(labels)[idx].to(device)
     d64 = discriminant_information(phi, y).item()
     d32 = discriminant_information(phi.float(), y).item()
     assert d32 == pytest.approx(d64, rel=1e-5)
 
 
-def test_nysdi_matches_pinv_reference(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
+def test_nysdi_matches_pinv_reference(
+    digits: tuple[torch.Tensor, torch.Tensor], device: torch.device
+) -> None:
     x, y = digits
     z = x[torch.randperm(len(x))[:150]]
-    got = nystrom_discriminant_information(x, y, z, gamma=0.02, jitter=1e-12)
+    on = [t.to(device) for t in (x, y, z)]
+    got = nystrom_discriminant_information(*on, gamma=0.02, jitter=1e-12)
     g, k = ref.gaussian(x.numpy(), z.numpy(), 0.02), ref.gaussian(z.numpy(), z.numpy(), 0.02)
     want = ref.nysdi(g, k, ref.onehot_unit(y.numpy(), 10), 1e-4)
     assert got.item() == pytest.approx(want, rel=1e-7)
@@ -188,10 +191,10 @@ def test_nysdi_laplacian_matches_reference(digits: tuple[torch.Tensor, torch.Ten
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_nysdi_equals_di_on_layer_features(
-    digits: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype
+    digits: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype, device: torch.device
 ) -> None:
-    x, y = digits[0].to(dtype), digits[1]
-    layer = NystromLayer.from_data(x, 200, gamma=0.02, seed=3)
+    x, y = digits[0].to(device, dtype), digits[1].to(device)
+    layer = NystromLayer.from_data(x.cpu(), 200, gamma=0.02, seed=3).to(device)
     with torch.no_grad():
         di = discriminant_information(layer(x), y)
         nys = nystrom_discriminant_information(
@@ -201,9 +204,11 @@ def test_nysdi_equals_di_on_layer_features(
     assert nys.item() == pytest.approx(di.item(), rel=rel)
 
 
-def test_nysdi_float32_close_to_float64(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
-    x, y = digits
-    z = x[torch.randperm(len(x))[:400]]
+def test_nysdi_float32_close_to_float64(
+    digits: tuple[torch.Tensor, torch.Tensor], device: torch.device
+) -> None:
+    x, y = digits[0].to(device), digits[1].to(device)
+    z = x[torch.randperm(len(x))[:400].to(device)]
     d64 = nystrom_discriminant_information(x, y, z, gamma=0.005, jitter=1e-6).item()
     d32 = nystrom_discriminant_information(x.float(), y, z.float(), gamma=0.005, jitter=1e-6)
     assert d32.dtype == torch.float32
@@ -396,14 +401,16 @@ def test_nysdi_float32_landmark_gradient_stays_near_float64_on_wide_inputs() -> 
 
 @pytest.mark.parametrize("width", [20, 300])  # narrow (float64 kernels) and wide inputs
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
-def test_nysdi_compiles_to_eager_value_and_gradients(width: int, kernel: str) -> None:
+def test_nysdi_compiles_to_eager_value_and_gradients(
+    width: int, kernel: str, device: torch.device
+) -> None:
     # torch.compile traces NysDI's autograd functions (Dynamo + AOTAutograd, the
     # ``aot_eager`` backend: no C++ code generation on CI). The narrow Gaussian case is
     # the float32 function that evaluates G and K_Z in float64.
     torch._dynamo.reset()
     gen = torch.Generator().manual_seed(width)
-    x = torch.rand(300, width, generator=gen)
-    labels = torch.randint(0, 5, (300,), generator=gen)
+    x = torch.rand(300, width, generator=gen).to(device)
+    labels = torch.randint(0, 5, (300,), generator=gen).to(device)
 
     def nysdi(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return nystrom_discriminant_information(
@@ -422,11 +429,11 @@ def test_nysdi_compiles_to_eager_value_and_gradients(width: int, kernel: str) ->
 
 
 @pytest.mark.parametrize("width", [40, 600])  # a narrow and a wide map
-def test_di_compiles_to_eager_value_and_gradients(width: int) -> None:
+def test_di_compiles_to_eager_value_and_gradients(width: int, device: torch.device) -> None:
     torch._dynamo.reset()
     gen = torch.Generator().manual_seed(width)
-    phi = torch.rand(800, width, generator=gen)
-    labels = torch.randint(0, 5, (800,), generator=gen)
+    phi = torch.rand(800, width, generator=gen).to(device)
+    labels = torch.randint(0, 5, (800,), generator=gen).to(device)
 
     def di(phi: torch.Tensor) -> torch.Tensor:
         return discriminant_information(phi, labels, num_classes=5)

@@ -56,12 +56,12 @@ def test_di_and_nysdi_under_autocast_match_float32() -> None:
     assert half.item() == pytest.approx(di32.item(), rel=2e-2)
 
 
-def test_backbone_in_bf16_autocast_trains_kernel_layer_in_float32() -> None:
+def test_backbone_in_bf16_autocast_trains_kernel_layer_in_float32(device: torch.device) -> None:
     model = KernelClassifier(
         NystromLayer(6, 10, gamma=0.5, seed=0), num_classes=3, backbone=nn.Linear(6, 6)
-    )
-    x, y = torch.rand(40, 6), torch.arange(40) % 3
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    ).to(device)
+    x, y = torch.rand(40, 6, device=device), torch.arange(40, device=device) % 3
+    with torch.autocast(device.type, dtype=torch.bfloat16):
         h = model.embed(x)
         di = model._di(h, y)
     assert h.dtype == torch.bfloat16 and di.dtype == torch.float32
