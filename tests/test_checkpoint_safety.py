@@ -143,3 +143,106 @@ def test_fit_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(
     trainer = make_trainer(max_epochs=2)
     trainer.fit(model, DigitsDataModule(batch_size=400), ckpt_path=tmp_path / "last.ckpt")
     assert trainer.current_epoch == 2
+
+
+# ------------------------------------------------------------- checkpoint sources (issue 53)
+class _RunsCode:
+    """Unpickling calls ``open(marker, "w")``: the file appears iff code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    """A loopback HTTP server of ``tmp_path/www``; yields ``(folder, base URL)``."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path / "www"
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _malicious_checkpoint(path: Path, marker: Path) -> None:
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "pytorch-lightning_version": L.__version__,
+            "payload": _RunsCode(marker),
+        },
+        path,
+    )
+    torch.load(path, weights_only=False)  # the payload is live: an unsafe load runs it
+    assert marker.exists()
+    marker.unlink()
+
+
+REFUSED = r"checkpoint 'http://127\.0\.0\.1:\d+/evil\.ckpt' refused: it holds Python objects"
+
+
+def test_trainer_test_with_a_checkpoint_url_runs_no_code(
+    served: tuple[Path, str], tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    folder, base = served
+    marker = tmp_path / "marker"
+    _malicious_checkpoint(folder / "evil.ckpt", marker)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
+    with pytest.raises(ValueError, match=REFUSED):
+        make_trainer().test(model, DigitsDataModule(batch_size=400), ckpt_path=f"{base}/evil.ckpt")
+    assert not marker.exists()
+    with pytest.raises(ValueError, match=REFUSED):
+        KernelClassifier.load_from_checkpoint(f"{base}/evil.ckpt")
+    assert not marker.exists()
+
+
+def test_weights_only_false_is_refused(
+    served: tuple[Path, str], tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    folder, base = served
+    marker = tmp_path / "marker"
+    _malicious_checkpoint(folder / "evil.ckpt", marker)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
+    weights = r"argument 'weights_only' must be True or None .*got False"
+    with pytest.raises(ValueError, match=r"AtomicCheckpointIO: " + weights):
+        make_trainer().test(
+            model,
+            DigitsDataModule(batch_size=400),
+            ckpt_path=f"{base}/evil.ckpt",
+            weights_only=False,
+        )
+    with pytest.raises(ValueError, match=r"KernelClassifier: " + weights):
+        KernelClassifier.load_from_checkpoint(f"{base}/evil.ckpt", weights_only=False)
+    assert not marker.exists()
+
+
+def test_a_good_checkpoint_url_loads(
+    served: tuple[Path, str], make_trainer: Callable[..., L.Trainer]
+) -> None:
+    folder, base = served
+    dm = DigitsDataModule(batch_size=400)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10, lr=1e-2)
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(model, dm)
+    trainer.save_checkpoint(folder / "good.ckpt")
+    loaded = KernelClassifier.load_from_checkpoint(f"{base}/good.ckpt")
+    assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
+    fresh = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10, lr=1e-2)
+    url_acc = make_trainer().test(fresh, dm, ckpt_path=f"{base}/good.ckpt", verbose=False)
+    own_acc = make_trainer().test(model, dm, verbose=False)
+    assert url_acc[0]["test/acc"] == own_acc[0]["test/acc"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -28,6 +28,12 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
+from kernel_layers.training.checkpoint_io import (
+    check_weights_only,
+    in_memory,
+    is_url,
+    load_checkpoint_file,
+)
 from kernel_layers.training.deferred import EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging
 from kernel_layers.training.divergence import DivergenceGuard
@@ -200,27 +206,48 @@ class KernelClassifier(LightningModule):
     @classmethod
     def load_from_checkpoint(  # type: ignore[override]
         cls,
-        checkpoint_path: str | Path,
+        checkpoint_path: str | Path | IO[bytes],
         map_location: Any = None,
         hparams_file: str | Path | None = None,
         strict: bool | None = None,
         **kwargs: Any,
     ) -> KernelClassifier:
-        """Rebuild a model from its checkpoint alone (read with ``weights_only=True``).
+        """Rebuild a model from its checkpoint alone, read with ``weights_only=True`` (a
+        local file, an fsspec or an ``http(s)://`` URL:
+        :func:`~kernel_layers.training.checkpoint_io.load_checkpoint_file`).
 
         Keyword arguments override the saved hyper-parameters (``kernel_layer=`` and
-        ``backbone=`` modules included, e.g. for a backbone that cannot be rebuilt).
+        ``backbone=`` modules included, e.g. for a backbone that cannot be rebuilt); a
+        module passed must have the settings the checkpoint records.
 
         Raises:
-            ValueError: the checkpoint does not record its kernel layer (kernel-layers
-                < 0.2) and no ``kernel_layer=`` is given.
+            ValueError: ``weights_only=False``; the checkpoint cannot be read, holds
+                objects other than tensors and primitive types, does not record its
+                kernel layer (kernel-layers < 0.2) and no ``kernel_layer=`` is given, or
+                records a layer that does not build the tensors it carries; a module
+                passed differs from the recorded one; a tensor is missing, of another
+                shape, or not finite. Each message names the checkpoint.
         """
+        owner = cls.__name__
+        check_weights_only(owner, kwargs.pop("weights_only", None))
+        checkpoint = load_checkpoint_file(checkpoint_path, "cpu")
+        local = isinstance(checkpoint_path, str | Path) and not is_url(checkpoint_path)
+        source = str(checkpoint_path) if isinstance(checkpoint_path, str | Path) else "stream"
         key = cls.CHECKPOINT_HYPER_PARAMS_KEY
-        checkpoint_hooks.check_rebuildable(cls.__name__, checkpoint_path, key, kwargs)
-        kwargs.setdefault("weights_only", True)
-        return super().load_from_checkpoint(
-            checkpoint_path, map_location, hparams_file, strict, **kwargs
-        )
+        checkpoint_hooks.check_before_load(owner, source, checkpoint, key, kwargs)
+        if not local:  # a URL or a stream is read once, then handed on in memory
+            checkpoint_path = in_memory(checkpoint)
+        try:
+            return super().load_from_checkpoint(
+                checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
+            )
+        except RuntimeError as err:
+            if "state_dict" not in str(err):
+                raise
+            raise ValueError(
+                f"{owner}: checkpoint {str(source)!r} does not hold the tensors the model "
+                f"needs: {err}"
+            ) from err
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI
