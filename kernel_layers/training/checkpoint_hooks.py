@@ -89,7 +89,8 @@ def check_before_load(
     """The checks of ``load_from_checkpoint`` before the model is built: the checkpoint
     records its kernel layer (or ``overrides``, its keyword arguments, give one); each
     recorded spec builds exactly the tensors it carries (so that nothing enormous is
-    allocated); a layer or backbone passed in ``overrides`` has the recorded settings.
+    allocated); every weight is finite; a layer or backbone passed in ``overrides`` has
+    the recorded settings.
 
     Raises:
         ValueError: as :func:`~kernel_layers.training.preflight.check_layer_recorded` and
@@ -101,6 +102,7 @@ def check_before_load(
         check_layer_recorded(owner, source, hparams)
     state = checkpoint.get("state_dict") or {}
     check_specs_fit_state(owner, source, hparams, state, overrides)
+    check_finite_state(owner, source, state)
     passed = {
         name: describe_module(value)
         for name, value in overrides.items()

@@ -8,6 +8,7 @@ import os
 import pickle
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -58,6 +59,29 @@ def in_memory(checkpoint: dict[str, Any]) -> io.BytesIO:
     return buffer
 
 
+def _unpickle(source: str, load: Callable[[], Any]) -> Any:
+    """``load()`` (a ``weights_only=True`` read of ``source``), its failures named.
+
+    Raises:
+        ValueError: the file holds other objects than tensors and primitive types, or
+            is not a readable checkpoint.
+    """
+    try:
+        return load()
+    except pickle.UnpicklingError as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"checkpoint {source!r} refused: it holds Python objects other than tensors and "
+            "primitive types, which could run code when loaded; only weights_only=True "
+            f"loads are made ({reason})"
+        ) from err
+    except (EOFError, RuntimeError, OSError) as err:
+        raise ValueError(
+            f"checkpoint {source!r} is not a readable checkpoint (empty, truncated, or not "
+            f"written by torch.save): {type(err).__name__}: {err or 'no data'}"
+        ) from err
+
+
 def load_checkpoint_file(path: _PATH | IO[bytes], map_location: Any = None) -> dict[str, Any]:
     """Read the checkpoint at ``path`` with ``torch.load(..., weights_only=True)``.
 
@@ -74,32 +98,23 @@ def load_checkpoint_file(path: _PATH | IO[bytes], map_location: Any = None) -> d
             message names the file.
     """
     source = str(path) if isinstance(path, str | os.PathLike) else "stream"
-    try:
-        if not isinstance(path, str | os.PathLike):
-            checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-        elif is_url(source):
-            try:
-                with urllib.request.urlopen(source, timeout=URL_TIMEOUT_S) as response:
-                    data = io.BytesIO(response.read())
-            except (urllib.error.URLError, OSError) as err:
-                raise OSError(f"could not read the checkpoint URL {source!r}: {err}") from err
-            checkpoint = torch.load(data, map_location=map_location, weights_only=True)
-        else:
-            if not get_filesystem(source).exists(source):
-                raise FileNotFoundError(f"no checkpoint file at {source!r}")
-            checkpoint = lightning_load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(
-            f"checkpoint {source!r} refused: it holds Python objects other than tensors and "
-            "primitive types, which could run code when loaded; only weights_only=True "
-            f"loads are made ({reason})"
-        ) from err
-    except (EOFError, RuntimeError) as err:
-        raise ValueError(
-            f"checkpoint {source!r} is not a readable checkpoint (empty, truncated, or not "
-            f"written by torch.save): {type(err).__name__}: {err or 'no data'}"
-        ) from err
+    if not isinstance(path, str | os.PathLike):
+        checkpoint = _unpickle(source, lambda: torch.load(path, map_location, weights_only=True))
+    elif is_url(source):
+        try:
+            with urllib.request.urlopen(source, timeout=URL_TIMEOUT_S) as response:
+                data = io.BytesIO(response.read())
+        except (urllib.error.URLError, OSError) as err:
+            raise OSError(f"could not read the checkpoint URL {source!r}: {err}") from err
+        checkpoint = _unpickle(source, lambda: torch.load(data, map_location, weights_only=True))
+    elif "://" not in source:  # a local file
+        if not Path(source).is_file():
+            raise FileNotFoundError(f"no checkpoint file at {source!r}")
+        checkpoint = _unpickle(source, lambda: torch.load(source, map_location, weights_only=True))
+    else:  # an fsspec URL (s3://, gs://, ...), through Lightning's reader
+        if not get_filesystem(source).exists(source):
+            raise FileNotFoundError(f"no checkpoint file at {source!r}")
+        checkpoint = _unpickle(source, lambda: lightning_load(source, map_location, True))
     if not isinstance(checkpoint, dict):
         raise ValueError(
             f"checkpoint {source!r} must hold a dict (a Lightning checkpoint), "
