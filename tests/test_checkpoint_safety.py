@@ -9,12 +9,13 @@ import logging
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from hostile import serve, write_code_running_checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from kernel_layers import (
@@ -108,6 +109,7 @@ def test_full_disk_while_checkpointing_keeps_the_last_good_one(
 KILL_SCRIPT = """
 import os, signal, sys
 import lightning as L, torch
+from hostile import serve, write_code_running_checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.data import DigitsDataModule
@@ -146,51 +148,13 @@ def test_fit_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(
 
 
 # ------------------------------------------------------------- checkpoint sources (issue 53)
-class _RunsCode:
-    """Unpickling calls ``open(marker, "w")``: the file appears iff code ran."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self) -> tuple[object, tuple[str, str]]:
-        return (open, (self.marker, "w"))
-
-
 @pytest.fixture
-def served(tmp_path: Path):
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A loopback HTTP server of ``tmp_path/www``; yields ``(folder, base URL)``."""
-    import functools
-    import http.server
-    import threading
-
     folder = tmp_path / "www"
     folder.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield folder, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _malicious_checkpoint(path: Path, marker: Path) -> None:
-    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
-    torch.save(
-        {
-            "state_dict": model.state_dict(),
-            "hyper_parameters": dict(model.hparams),
-            "pytorch-lightning_version": L.__version__,
-            "payload": _RunsCode(marker),
-        },
-        path,
-    )
-    torch.load(path, weights_only=False)  # the payload is live: an unsafe load runs it
-    assert marker.exists()
-    marker.unlink()
+    with serve(folder) as base:
+        yield folder, base
 
 
 REFUSED = r"checkpoint 'http://127\.0\.0\.1:\d+/evil\.ckpt' refused: it holds Python objects"
@@ -201,7 +165,7 @@ def test_trainer_test_with_a_checkpoint_url_runs_no_code(
 ) -> None:
     folder, base = served
     marker = tmp_path / "marker"
-    _malicious_checkpoint(folder / "evil.ckpt", marker)
+    write_code_running_checkpoint(folder / "evil.ckpt", marker)
     model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
     with pytest.raises(ValueError, match=REFUSED):
         make_trainer().test(model, DigitsDataModule(batch_size=400), ckpt_path=f"{base}/evil.ckpt")
@@ -216,7 +180,7 @@ def test_weights_only_false_is_refused(
 ) -> None:
     folder, base = served
     marker = tmp_path / "marker"
-    _malicious_checkpoint(folder / "evil.ckpt", marker)
+    write_code_running_checkpoint(folder / "evil.ckpt", marker)
     model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
     weights = r"argument 'weights_only' must be True or None .*got False"
     with pytest.raises(ValueError, match=r"AtomicCheckpointIO: " + weights):
