@@ -109,7 +109,6 @@ def test_full_disk_while_checkpointing_keeps_the_last_good_one(
 KILL_SCRIPT = """
 import os, signal, sys
 import lightning as L, torch
-from hostile import serve, write_code_running_checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.data import DigitsDataModule

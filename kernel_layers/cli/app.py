@@ -32,12 +32,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
 from kernel_layers.cli.recipe_files import list_recipes, recipe_path
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
-from kernel_layers.training.checkpoint_checks import (
-    MODULE_ARGUMENTS,
-    data_differences,
-    differences,
-    module_differences,
-)
+from kernel_layers.training.checkpoint_checks import configuration_differences
 from kernel_layers.training.checkpoint_io import check_weights_only, load_checkpoint_file
 from kernel_layers.training.module import KernelClassifier
 from kernel_layers.training.predictions import PredictionWriter
@@ -286,16 +281,8 @@ class KernelLayersCLI(LightningCLI):
         saved = _plain(checkpoint.get("hyper_parameters") or {})
         configured = _plain(dict(self.model.hparams))
         assert isinstance(saved, dict) and isinstance(configured, dict)
-        wrong = differences(
-            {k: v for k, v in saved.items() if k not in MODULE_ARGUMENTS},
-            {k: v for k, v in configured.items() if k not in MODULE_ARGUMENTS},
-            "model",
-            "configuration",
-        )
-        wrong += module_differences("kernel-layers", saved, configured, "configuration")
         saved_data = checkpoint.get("datamodule_hyper_parameters")
-        if isinstance(saved_data, Mapping) and self.datamodule is not None:
-            wrong += data_differences(saved_data, self.datamodule)
+        wrong = configuration_differences(saved, configured, saved_data, self.datamodule)
         if wrong:
             raise ValueError(
                 f"kernel-layers: argument '--ckpt_path' {str(ckpt_path)!r} was saved with "

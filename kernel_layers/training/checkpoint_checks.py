@@ -25,6 +25,7 @@ __all__ = [
     "MODULE_ARGUMENTS",
     "check_finite_state",
     "check_specs_fit_state",
+    "configuration_differences",
     "data_differences",
     "differences",
     "module_differences",
@@ -111,6 +112,28 @@ def data_differences(saved: Mapping[str, Any], datamodule: object) -> list[str]:
         if theirs != mine:
             found.append(f"data.{key}: checkpoint {theirs!r}, configuration {mine!r}")
     return found
+
+
+def configuration_differences(
+    saved: Mapping[str, Any],
+    configured: Mapping[str, Any],
+    saved_data: object,
+    datamodule: object,
+) -> list[str]:
+    """Every difference between a checkpoint's model hyper-parameters ``saved`` and the
+    ``configured`` ones (layers as :func:`module_differences` writes them), then between
+    its data module hyper-parameters ``saved_data`` and ``datamodule``
+    (:func:`data_differences`), each ``key: checkpoint X, configuration Y``."""
+    wrong = differences(
+        {k: v for k, v in saved.items() if k not in MODULE_ARGUMENTS},
+        {k: v for k, v in configured.items() if k not in MODULE_ARGUMENTS},
+        "model",
+        "configuration",
+    )
+    wrong += module_differences("kernel-layers", saved, configured, "configuration")
+    if isinstance(saved_data, Mapping) and datamodule is not None:
+        wrong += data_differences(saved_data, datamodule)
+    return wrong
 
 
 def check_specs_fit_state(

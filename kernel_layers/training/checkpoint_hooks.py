@@ -13,9 +13,10 @@ predicting refits it from the data and ``scores()`` refuses until then.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,13 +29,25 @@ from kernel_layers.training.checkpoint_checks import (
     data_differences,
     module_differences,
 )
+from kernel_layers.training.checkpoint_io import (
+    check_weights_only,
+    in_memory,
+    is_url,
+    load_checkpoint_file,
+)
 from kernel_layers.training.preflight import check_layer_recorded
 from kernel_layers.training.readout import HEAD_CURRENT_KEY, head_current
 
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
 
-__all__ = ["check_before_load", "on_load_checkpoint", "on_save_checkpoint"]
+__all__ = [
+    "check_before_load",
+    "missing_tensors_named",
+    "on_load_checkpoint",
+    "on_save_checkpoint",
+    "read_for_load",
+]
 
 
 def on_save_checkpoint(model: KernelClassifier, checkpoint: dict[str, Any]) -> None:
@@ -118,3 +131,42 @@ def check_before_load(
             + " (pass them with the checkpoint's settings, or none: the checkpoint "
             "rebuilds them)"
         )
+
+
+def read_for_load(
+    owner: str, checkpoint_path: str | Path | IO[bytes], hparams_key: str, overrides: dict[str, Any]
+) -> str | Path | IO[bytes]:
+    """Read ``checkpoint_path`` once with ``weights_only=True`` and check it
+    (:func:`check_before_load`); returns what to hand Lightning's loader: the local
+    path, or the checkpoint in memory (a URL or a stream is never read twice).
+
+    ``overrides`` are ``load_from_checkpoint``'s keyword arguments; its
+    ``weights_only`` is removed from them.
+
+    Raises:
+        ValueError: ``weights_only=False``, or as :func:`load_checkpoint_file` and
+            :func:`check_before_load`.
+    """
+    check_weights_only(owner, overrides.pop("weights_only", None))
+    checkpoint = load_checkpoint_file(checkpoint_path, "cpu")
+    named = isinstance(checkpoint_path, str | Path)
+    source = str(checkpoint_path) if named else "stream"
+    check_before_load(owner, source, checkpoint, hparams_key, overrides)
+    if named and not is_url(checkpoint_path):
+        return checkpoint_path
+    return in_memory(checkpoint)
+
+
+@contextmanager
+def missing_tensors_named(owner: str, checkpoint_path: object) -> Iterator[None]:
+    """Turn Lightning's strict ``load_state_dict`` error into a ``ValueError`` naming the
+    checkpoint (a tensor missing from it, or one it has that the model lacks)."""
+    try:
+        yield
+    except RuntimeError as err:
+        if "state_dict" not in str(err):
+            raise
+        source = str(checkpoint_path) if isinstance(checkpoint_path, str | Path) else "stream"
+        raise ValueError(
+            f"{owner}: checkpoint {source!r} does not hold the tensors the model needs: {err}"
+        ) from err

@@ -28,12 +28,6 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
-from kernel_layers.training.checkpoint_io import (
-    check_weights_only,
-    in_memory,
-    is_url,
-    load_checkpoint_file,
-)
 from kernel_layers.training.deferred import EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging
 from kernel_layers.training.divergence import DivergenceGuard
@@ -228,26 +222,12 @@ class KernelClassifier(LightningModule):
                 passed differs from the recorded one; a tensor is missing, of another
                 shape, or not finite. Each message names the checkpoint.
         """
-        owner = cls.__name__
-        check_weights_only(owner, kwargs.pop("weights_only", None))
-        checkpoint = load_checkpoint_file(checkpoint_path, "cpu")
-        local = isinstance(checkpoint_path, str | Path) and not is_url(checkpoint_path)
-        source = str(checkpoint_path) if isinstance(checkpoint_path, str | Path) else "stream"
         key = cls.CHECKPOINT_HYPER_PARAMS_KEY
-        checkpoint_hooks.check_before_load(owner, source, checkpoint, key, kwargs)
-        if not local:  # a URL or a stream is read once, then handed on in memory
-            checkpoint_path = in_memory(checkpoint)
-        try:
+        read = checkpoint_hooks.read_for_load(cls.__name__, checkpoint_path, key, kwargs)
+        with checkpoint_hooks.missing_tensors_named(cls.__name__, checkpoint_path):
             return super().load_from_checkpoint(
-                checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
+                read, map_location, hparams_file, strict, weights_only=True, **kwargs
             )
-        except RuntimeError as err:
-            if "state_dict" not in str(err):
-                raise
-            raise ValueError(
-                f"{owner}: checkpoint {str(source)!r} does not hold the tensors the model "
-                f"needs: {err}"
-            ) from err
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI
