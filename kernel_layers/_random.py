@@ -32,5 +32,7 @@ def make_generator(
     if seed is not None:  # 1.5 or True would be silently truncated by manual_seed
         seed = check_int(owner, "seed", seed, minimum=0)
     gen = torch.Generator()
-    gen.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
+    if seed is None:  # drawn on the CPU, also inside a torch.device("meta") context
+        seed = int(torch.randint(2**62, (), device="cpu").item())
+    gen.manual_seed(seed)
     return gen

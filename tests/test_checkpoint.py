@@ -324,3 +324,134 @@ def test_checkpoint_after_a_validation_keeps_its_readout(tmp_path: Path) -> None
     _fit_and_save(model, path, dm)  # saved after on_fit_end's refit: current
     assert torch.load(path, weights_only=True)["kernel_layers_head_current"] is True
     assert bool(KernelClassifier.load_from_checkpoint(path).head.fitted)
+
+
+# ------------------------------------------------------------- checks before loading (issue 53)
+@pytest.fixture
+def saved_nystrom(tmp_path: Path) -> Path:
+    """A fitted ``NystromLayer(D, 20, gamma=0.5)`` model's checkpoint."""
+    torch.manual_seed(0)
+    model = KernelClassifier(NystromLayer(D, 20, gamma=0.5), num_classes=CLASSES)
+    path = tmp_path / "m.ckpt"
+    _fit_and_save(model, path, _data())
+    return path
+
+
+def _edited(path: Path, edit: Any) -> Path:
+    checkpoint = torch.load(path, weights_only=True)
+    edit(checkpoint)
+    out = path.with_name("edited.ckpt")
+    torch.save(checkpoint, out)
+    return out
+
+
+def test_a_layer_other_than_the_checkpoints_is_refused(saved_nystrom: Path) -> None:
+    other = KernelClassifier(NystromLayer(D, 20, gamma=2.0), num_classes=CLASSES)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*m\.ckpt' was saved with other settings than the model and data "
+        r"it is loaded into: model\.kernel_layer\.init_args\.gamma: checkpoint 0\.5, model 2\.0",
+    ):
+        trainer.test(other, _data(), ckpt_path=saved_nystrom, verbose=False)
+    with pytest.raises(
+        ValueError,
+        match=r"the modules passed to load_from_checkpoint differ from those checkpoint "
+        r"'.*m\.ckpt' was trained with: model\.kernel_layer\.init_args\.gamma: checkpoint "
+        r"0\.5, argument 1\.0",
+    ):
+        KernelClassifier.load_from_checkpoint(saved_nystrom, kernel_layer=NystromLayer(D, 20))
+    same = KernelClassifier(NystromLayer(D, 20, gamma=0.5, kernel_params=None), num_classes=3)
+    trainer.test(same, _data(), ckpt_path=saved_nystrom, verbose=False)  # the same layer
+    layer = NystromLayer(D, 20, gamma=0.5)
+    KernelClassifier.load_from_checkpoint(saved_nystrom, kernel_layer=layer)
+
+
+def test_a_spec_is_checked_against_the_tensors_before_it_is_built(saved_nystrom: Path) -> None:
+    def huge(checkpoint: dict[str, Any]) -> None:
+        checkpoint["hyper_parameters"]["kernel_layer"]["init_args"]["in_features"] = 10**9
+        checkpoint["hyper_parameters"]["backbone"] = {
+            "class_path": "torch.nn.Linear",
+            "init_args": {"in_features": 10**7, "out_features": 10**7},
+        }
+
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*edited\.ckpt': the recorded kernel_layer \(kernel_layers\."
+        r"NystromLayer\) does not build the tensors the checkpoint carries: "
+        r"'kernel_layer\.landmarks': spec \[20, 1000000000\], tensor \[20, 8\]",
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, huge))
+
+    def huge_backbone(checkpoint: dict[str, Any]) -> None:
+        checkpoint["hyper_parameters"]["backbone"] = {
+            "class_path": "torch.nn.Linear",
+            "init_args": {"in_features": 10**7, "out_features": 10**7},
+        }
+
+    with pytest.raises(
+        ValueError,
+        match=r"the recorded backbone \(torch\.nn\.Linear\) does not build the tensors the "
+        r"checkpoint carries: 'backbone\.weight': spec \[10000000, 10000000\], tensor missing",
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, huge_backbone))
+
+
+def test_non_finite_weights_are_refused_by_name(saved_nystrom: Path) -> None:
+    def nan_head(checkpoint: dict[str, Any]) -> None:
+        checkpoint["state_dict"]["head.weight"][0, 0] = float("nan")
+
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*edited\.ckpt' must hold finite weights, got NaN or infinite "
+        r"values in 'head\.weight'",
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, nan_head))
+
+
+def test_unreadable_or_incomplete_checkpoints_are_named(saved_nystrom: Path) -> None:
+    empty = saved_nystrom.with_name("empty.ckpt")
+    empty.write_bytes(b"")
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*empty\.ckpt' is not a readable checkpoint \(empty, truncated, "
+        r"or not written by torch\.save\): EOFError",
+    ):
+        KernelClassifier.load_from_checkpoint(empty)
+    truncated = saved_nystrom.with_name("truncated.ckpt")
+    data = saved_nystrom.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*truncated\.ckpt' is not a readable checkpoint \(empty, "
+        r"truncated, or not written by torch\.save\): (RuntimeError|OSError)",
+    ):
+        KernelClassifier.load_from_checkpoint(truncated)
+
+    def int8(checkpoint: dict[str, Any]) -> None:
+        checkpoint["hyper_parameters"]["kernel_layer"]["dtype"] = "int8"
+
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'kernel_layer\.dtype' must be one of \['float16', 'bfloat16', "
+        r"'float32', 'float64'\], got 'int8'",
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, int8))
+
+    def no_head(checkpoint: dict[str, Any]) -> None:
+        del checkpoint["state_dict"]["head.weight"]
+
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*edited\.ckpt' does not hold the tensors the model needs: (?s:.*)"
+        r"Missing key\(s\) in state_dict: \"head\.weight\"",
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, no_head))
+
+    def no_landmarks(checkpoint: dict[str, Any]) -> None:
+        del checkpoint["state_dict"]["kernel_layer.landmarks"]
+
+    with pytest.raises(
+        ValueError, match=r"'kernel_layer\.landmarks': spec \[20, 8\], tensor missing"
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, no_landmarks))

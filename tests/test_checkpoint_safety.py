@@ -9,12 +9,13 @@ import logging
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from hostile import serve, write_code_running_checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from kernel_layers import (
@@ -143,3 +144,68 @@ def test_fit_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(
     trainer = make_trainer(max_epochs=2)
     trainer.fit(model, DigitsDataModule(batch_size=400), ckpt_path=tmp_path / "last.ckpt")
     assert trainer.current_epoch == 2
+
+
+# ------------------------------------------------------------- checkpoint sources (issue 53)
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A loopback HTTP server of ``tmp_path/www``; yields ``(folder, base URL)``."""
+    folder = tmp_path / "www"
+    folder.mkdir()
+    with serve(folder) as base:
+        yield folder, base
+
+
+REFUSED = r"checkpoint 'http://127\.0\.0\.1:\d+/evil\.ckpt' refused: it holds Python objects"
+
+
+def test_trainer_test_with_a_checkpoint_url_runs_no_code(
+    served: tuple[Path, str], tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    folder, base = served
+    marker = tmp_path / "marker"
+    write_code_running_checkpoint(folder / "evil.ckpt", marker)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
+    with pytest.raises(ValueError, match=REFUSED):
+        make_trainer().test(model, DigitsDataModule(batch_size=400), ckpt_path=f"{base}/evil.ckpt")
+    assert not marker.exists()
+    with pytest.raises(ValueError, match=REFUSED):
+        KernelClassifier.load_from_checkpoint(f"{base}/evil.ckpt")
+    assert not marker.exists()
+
+
+def test_weights_only_false_is_refused(
+    served: tuple[Path, str], tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    folder, base = served
+    marker = tmp_path / "marker"
+    write_code_running_checkpoint(folder / "evil.ckpt", marker)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10)
+    weights = r"argument 'weights_only' must be True or None .*got False"
+    with pytest.raises(ValueError, match=r"AtomicCheckpointIO: " + weights):
+        make_trainer().test(
+            model,
+            DigitsDataModule(batch_size=400),
+            ckpt_path=f"{base}/evil.ckpt",
+            weights_only=False,
+        )
+    with pytest.raises(ValueError, match=r"KernelClassifier: " + weights):
+        KernelClassifier.load_from_checkpoint(f"{base}/evil.ckpt", weights_only=False)
+    assert not marker.exists()
+
+
+def test_a_good_checkpoint_url_loads(
+    served: tuple[Path, str], make_trainer: Callable[..., L.Trainer]
+) -> None:
+    folder, base = served
+    dm = DigitsDataModule(batch_size=400)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10, lr=1e-2)
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(model, dm)
+    trainer.save_checkpoint(folder / "good.ckpt")
+    loaded = KernelClassifier.load_from_checkpoint(f"{base}/good.ckpt")
+    assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
+    fresh = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10, lr=1e-2)
+    url_acc = make_trainer().test(fresh, dm, ckpt_path=f"{base}/good.ckpt", verbose=False)
+    own_acc = make_trainer().test(model, dm, verbose=False)
+    assert url_acc[0]["test/acc"] == own_acc[0]["test/acc"]

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 from formats import write_covtype, write_idx_images, write_idx_labels
+from hostile import serve, write_code_running_checkpoint
 
 from kernel_layers import KernelClassifier
 from kernel_layers.cli.app import list_recipes
@@ -508,6 +509,136 @@ def test_cli_checkpoint_loads_alone(fitted_quickstart: Path, monkeypatch, capsys
     with torch.no_grad():
         acc = (model.scores(model(x)).argmax(1) == y).float().mean().item()
     assert acc == pytest.approx(tested, abs=1e-6)
+
+
+# ------------------------------------------------------------------ checkpoint sources
+def test_ckpt_path_last_checks_the_file_lightning_loads(
+    fitted_quickstart: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second fit in the folder writes last-v1.ckpt; 'last' is the newest last*.ckpt."""
+    monkeypatch.chdir(fitted_quickstart)
+    folder = fitted_quickstart / "checkpoints" / "quickstart"
+    checkpoint = torch.load(folder / "last.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["kernel_layer"]["init_args"]["gamma"] = 2.0
+    newer = folder / "last-v1.ckpt"
+    torch.save(checkpoint, newer)
+    stat = (folder / "last.ckpt").stat()
+    os.utime(newer, (stat.st_atime + 10, stat.st_mtime + 10))
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"argument '--ckpt_path' 'last' was saved with other hyper-parameters than "
+            r"the configuration sets: model.kernel_layer.init_args.gamma: checkpoint 2.0, "
+            r"configuration 0.02",
+        ):
+            main(["test", "--config", "quickstart", "--ckpt_path", "last", *QUIET])
+    finally:
+        newer.unlink()
+
+
+@pytest.mark.parametrize(
+    ("option", "difference"),
+    [
+        ("--data.init_args.seed=7", r"data.seed: checkpoint 0, configuration 7"),
+        (
+            "--data.init_args.scaling=feature",
+            r"data.scaling: checkpoint 'global', configuration 'feature'",
+        ),
+        (
+            "--data.init_args.val_fraction=0.2",
+            r"data.val_fraction: checkpoint 0.1, configuration 0.2",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["test", "predict", "export"])
+def test_ckpt_path_with_other_data_settings_is_an_error(
+    fitted_quickstart: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    option: str,
+    difference: str,
+) -> None:
+    monkeypatch.chdir(fitted_quickstart)
+    with pytest.raises(
+        ValueError,
+        match=r"was saved with other hyper-parameters than the "
+        r"configuration sets: " + difference,
+    ):
+        main([command, "--config", "quickstart", "--ckpt_path", "last", option, *QUIET])
+    assert not (fitted_quickstart / "model.onnx").exists()
+
+
+def test_checkpoint_saved_from_python_is_accepted_by_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Python API records kernel_params {} and the class by its own path; the recipe
+    says kernel_layers.NystromLayer and kernel_params None: the same layer."""
+    import lightning as L
+
+    from kernel_layers import NystromLayer
+    from kernel_layers.data import DigitsDataModule
+
+    monkeypatch.chdir(tmp_path)
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10, rho=1e-4, lr=1e-2)
+    model.hparams["kernel_layer"]["class_path"] = "kernel_layers.layers.nystrom.NystromLayer"
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, DigitsDataModule(batch_size=400))
+    trainer.save_checkpoint(tmp_path / "python.ckpt")
+    main(["test", "--config", "quickstart", "--ckpt_path", str(tmp_path / "python.ckpt"), *QUIET])
+    assert "test/acc" in capsys.readouterr().out
+    with pytest.raises(
+        ValueError,
+        match=r"model.kernel_layer.init_args.gamma: checkpoint 0.02, "
+        r"configuration 0.5",
+    ):
+        main(
+            [
+                "test",
+                "--config",
+                "quickstart",
+                "--ckpt_path",
+                str(tmp_path / "python.ckpt"),
+                "--model.kernel_layer.init_args.gamma=0.5",
+                *QUIET,
+            ]
+        )
+
+
+def test_cli_checkpoint_url_runs_no_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "www"
+    folder.mkdir()
+    marker = tmp_path / "marker"
+    write_code_running_checkpoint(folder / "evil.ckpt", marker)
+    with serve(folder) as base:
+        url = f"{base}/evil.ckpt"
+        for command in ("test", "predict", "validate", "fit"):
+            with pytest.raises(
+                ValueError,
+                match=r"checkpoint 'http://127.0.0.1:\d+/evil.ckpt' "
+                r"refused: it holds Python objects other than tensors",
+            ):
+                main([command, "--config", "quickstart", "--ckpt_path", url, *QUIET])
+            assert not marker.exists()
+        with pytest.raises(ValueError, match=r"argument 'weights_only' must be True or None"):
+            main(
+                [
+                    "test",
+                    "--config",
+                    "quickstart",
+                    "--ckpt_path",
+                    url,
+                    "--weights_only=false",
+                    *QUIET,
+                ]
+            )
+        assert not marker.exists()
 
 
 # ------------------------------------------------------------------ predict

@@ -5,8 +5,12 @@ turns it off) and a summary. ``num_classes`` and the data's ``num_features`` (th
 batch-size rule) are linked from the model and the data: ``J`` is set once, as the kernel
 layer's ``out_features``. A ``--ckpt_path`` whose saved hyper-parameters differ from the
 configuration is an error naming both values (the configuration is never silently
-replaced by the checkpoint's). The configuration of a run is saved as ``config.yaml``
-beside its logs (never over an existing file; not saved when the logger is off).
+replaced by the checkpoint's); so is one whose data settings change the split or the
+scaling. The checkpoint is read with ``weights_only=True`` (a file or a URL), and
+``--ckpt_path last`` is resolved as Lightning resolves it (the newest ``last*.ckpt``)
+before it is checked, so that the file checked is the file loaded. The configuration of
+a run is saved as ``config.yaml`` beside its logs (never over an existing file; not
+saved when the logger is off).
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.trainer.states import TrainerFn
 
 from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
 from kernel_layers.cli.recipe_files import list_recipes, recipe_path
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
+from kernel_layers.training.checkpoint_checks import configuration_differences
+from kernel_layers.training.checkpoint_io import check_weights_only, load_checkpoint_file
 from kernel_layers.training.module import KernelClassifier
 from kernel_layers.training.predictions import PredictionWriter
 
@@ -161,27 +167,6 @@ class RunConfigSaver(SaveConfigCallback):
 
 
 # --------------------------------------------------------------------- ckpt_path check
-def _differences(saved: object, configured: object, prefix: str) -> list[str]:
-    """``key: checkpoint X, configuration Y`` for every leaf present in both that differs."""
-    if isinstance(saved, Mapping) and isinstance(configured, Mapping):
-        found: list[str] = []
-        for key in saved:
-            if key in configured and not str(key).startswith("_"):
-                found += _differences(saved[key], configured[key], f"{prefix}.{key}")
-        return found
-    if isinstance(saved, Sequence) and isinstance(configured, Sequence):
-        if not isinstance(saved, str) and not isinstance(configured, str):
-            if len(saved) == len(configured):
-                return [
-                    d
-                    for i, (a, b) in enumerate(zip(saved, configured, strict=True))
-                    for d in _differences(a, b, f"{prefix}[{i}]")
-                ]
-    if saved != configured:
-        return [f"{prefix}: checkpoint {saved!r}, configuration {configured!r}"]
-    return []
-
-
 def _plain(value: object) -> object:
     """Namespaces and dicts as plain nested dicts (jsonargparse's Namespace has as_dict)."""
     as_dict = getattr(value, "as_dict", None)
@@ -271,18 +256,33 @@ class KernelLayersCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         return
 
-    def resolve_ckpt_path(self, ckpt_path: str) -> Path:
-        """``ckpt_path`` as a file: ``"last"`` is the checkpoint callback's ``last.ckpt``."""
-        callback = self.trainer.checkpoint_callback
-        if ckpt_path == "last" and isinstance(callback, ModelCheckpoint) and callback.dirpath:
-            return Path(callback.dirpath) / "last.ckpt"
-        return Path(ckpt_path)
+    def resolve_ckpt_path(self, ckpt_path: str) -> str | None:
+        """``ckpt_path`` as the file Lightning loads: ``"last"`` the newest ``last*.ckpt``
+        of the checkpoint callbacks (``last-v1.ckpt`` after a second fit in one folder),
+        ``"best"`` / ``"hpc"`` as Lightning resolves them; ``None``: no such checkpoint."""
+        if ckpt_path not in ("last", "best", "hpc"):
+            return ckpt_path
+        fn = TrainerFn.FITTING if self.subcommand == "fit" else TrainerFn.TESTING
+        connector = self.trainer._checkpoint_connector  # Lightning's own resolution
+        with warnings.catch_warnings():  # "no last checkpoint": reported by the caller
+            warnings.simplefilter("ignore")
+            resolved = connector._parse_ckpt_path(
+                fn, ckpt_path, model_provided=True, model_connected=False
+            )
+        return None if resolved is None else str(resolved)
 
-    def check_ckpt_matches(self, path: Path, ckpt_path: str) -> None:
-        """Raise when the checkpoint at ``path`` was saved with other hyper-parameters
-        than the configuration sets, naming each difference."""
-        saved = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
-        wrong = _differences(_plain(saved), _plain(dict(self.model.hparams)), "model")
+    def check_ckpt_matches(self, path: str, ckpt_path: str) -> None:
+        """Raise when the checkpoint at ``path`` (read with ``weights_only=True``) was saved
+        with other hyper-parameters than the configuration sets, or with data settings
+        that change the split or the scaling, naming each difference with both values.
+        Layers are compared as classes and normalised settings
+        (:func:`~kernel_layers.training.checkpoint_checks.module_differences`)."""
+        checkpoint = load_checkpoint_file(path, "cpu")
+        saved = _plain(checkpoint.get("hyper_parameters") or {})
+        configured = _plain(dict(self.model.hparams))
+        assert isinstance(saved, dict) and isinstance(configured, dict)
+        saved_data = checkpoint.get("datamodule_hyper_parameters")
+        wrong = configuration_differences(saved, configured, saved_data, self.datamodule)
         if wrong:
             raise ValueError(
                 f"kernel-layers: argument '--ckpt_path' {str(ckpt_path)!r} was saved with "
@@ -293,13 +293,35 @@ class KernelLayersCLI(LightningCLI):
             )
 
     def _check_ckpt_path(self) -> None:
+        """Check the checkpoint that will be loaded and hand Lightning exactly that file,
+        read with ``weights_only=True``.
+
+        Raises:
+            ValueError: ``--weights_only false``; ``"last"`` / ``"best"`` name no
+                checkpoint (except for ``fit``, which then starts anew); or as
+                :meth:`check_ckpt_matches`.
+        """
         subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not subcommand:
+            return
+        options = self.config_init[subcommand]
+        check_weights_only("kernel-layers", options.get("weights_only"))
+        if "weights_only" in options:
+            options["weights_only"] = True
+        ckpt_path = options.get("ckpt_path")
         if not ckpt_path:
             return
-        path = self.resolve_ckpt_path(ckpt_path)
-        if path.is_file():  # else Lightning reports the missing checkpoint itself
-            self.check_ckpt_matches(path, ckpt_path)
+        path = self.resolve_ckpt_path(str(ckpt_path))
+        if path is None:
+            if subcommand == "fit":
+                return  # Lightning's "last": resume when there is one, else start anew
+            raise ValueError(
+                f"kernel-layers: argument '--ckpt_path' {ckpt_path!r} names no checkpoint: "
+                "the configuration's ModelCheckpoint has written none (fit first, or pass "
+                "a checkpoint file)"
+            )
+        self.check_ckpt_matches(path, str(ckpt_path))
+        options["ckpt_path"] = path  # the file checked is the file loaded
 
     def before_fit(self) -> None:
         self._check_ckpt_path()

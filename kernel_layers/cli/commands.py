@@ -143,9 +143,12 @@ def export_command(argv: list[str]) -> int:
     finally:
         sys.argv = program
     path = cli.resolve_ckpt_path(args.ckpt_path)
-    if not path.is_file():
-        parser.error(f"argument --ckpt_path: no checkpoint file at {str(path)!r}")
-    cli.check_ckpt_matches(path, args.ckpt_path)
+    if path is None:
+        parser.error(f"argument --ckpt_path: {args.ckpt_path!r} names no checkpoint")
+    try:
+        cli.check_ckpt_matches(path, args.ckpt_path)
+    except FileNotFoundError:
+        parser.error(f"argument --ckpt_path: no checkpoint file at {path!r}")
     model = KernelClassifier.load_from_checkpoint(path, map_location="cpu")
     datamodule = cli.datamodule
     if not isinstance(datamodule, ArrayDataModule):  # guaranteed by the CLI's data class

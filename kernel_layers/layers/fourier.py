@@ -234,7 +234,8 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
         )
         assert spec.scale is not None  # get_kernel(..., spectral=True) checked it
         scale = spec.scale(self.gamma)
-        largest = scale * float(base.abs().max()) * self.in_features
+        # (a shape-only build on the meta device has no values to check)
+        largest = 0.0 if base.is_meta else scale * float(base.abs().max()) * self.in_features
         if not largest < torch.finfo(dtype).max:  # x W of inputs in [0, 1] would overflow
             raise ValueError(
                 f"{owner}: argument 'gamma' must keep the phases x W of inputs in [0, 1] "

@@ -10,30 +10,41 @@ load with ``torch.load(path, weights_only=True)``.
 
 Only classes that are ``nn.Module`` subclasses from this library, ``torch.nn`` or
 ``torchvision.models``, or already imported, are built from a spec: a checkpoint cannot
-make Python import arbitrary code.
+make Python import arbitrary code. :func:`spec_shapes` builds a spec on the meta device
+(nothing allocated), so that a checkpoint's spec is checked against the tensors it
+carries before it is built; :func:`canonical_spec` writes a spec one way (the class's
+public path, every setting as the module reports it), so that two ways of writing the
+same module compare equal.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
 
+from kernel_layers._validation import check_choice
+
 __all__ = [
     "TRUSTED_PREFIXES",
     "build_module",
+    "canonical_spec",
     "cli_config",
     "describe_module",
     "is_spec",
     "module_from",
+    "spec_shapes",
 ]
 
 #: Modules a spec's class may be imported from; other classes must be imported already.
 TRUSTED_PREFIXES = ("kernel_layers.", "torch.nn.", "torchvision.models.")
+#: The dtypes a spec's ``"dtype"`` may name (a module's floating point parameters).
+SPEC_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def cli_config() -> dict[str, Any]:
@@ -48,10 +59,9 @@ def cli_config() -> dict[str, Any]:
     return dict(given) if isinstance(given, Mapping) else {}
 
 
-def _class_path(module: nn.Module) -> str:
+def _class_path(cls: type) -> str:
     """The class's public name (``kernel_layers.NystromLayer``) where the package exports
     it, so that specs survive moves between the package's modules; else its full path."""
-    cls = type(module)
     if cls.__module__.startswith("kernel_layers."):
         import kernel_layers
 
@@ -83,7 +93,7 @@ def _floating_dtype(module: nn.Module) -> torch.dtype | None:
     return None
 
 
-def is_spec(value: object) -> bool:
+def is_spec(value: object) -> TypeGuard[Mapping[str, Any]]:
     """Whether ``value`` is a module spec (a mapping with a string ``class_path``)."""
     return isinstance(value, Mapping) and isinstance(value.get("class_path"), str)
 
@@ -102,7 +112,7 @@ def describe_module(module: nn.Module, given: object = None) -> dict[str, Any]:
     """
     if is_spec(given):
         assert isinstance(given, Mapping)
-        return {key: given[key] for key in ("class_path", "init_args") if key in given}
+        return {key: given[key] for key in ("class_path", "init_args", "dtype") if key in given}
     get_config = getattr(module, "get_config", None)
     init_args: dict[str, Any] | None = None
     if callable(get_config):
@@ -110,7 +120,7 @@ def describe_module(module: nn.Module, given: object = None) -> dict[str, Any]:
             init_args = dict(get_config())
         except ValueError:  # e.g. a user-callable kernel: no name to record
             init_args = None
-    spec: dict[str, Any] = {"class_path": _class_path(module), "init_args": init_args}
+    spec: dict[str, Any] = {"class_path": _class_path(type(module)), "init_args": init_args}
     dtype = _floating_dtype(module)
     if dtype is not None and dtype != torch.get_default_dtype():
         spec["dtype"] = str(dtype).removeprefix("torch.")
@@ -150,6 +160,9 @@ def build_module(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
     """
     class_path = spec["class_path"]
     init_args = spec.get("init_args", {})
+    dtype = spec.get("dtype")
+    if dtype is not None:
+        check_choice(owner, f"{name}.dtype", dtype, SPEC_DTYPES)
     if init_args is None:
         raise ValueError(
             f"{owner}: argument '{name}' must be passed: the checkpoint records its class "
@@ -162,10 +175,70 @@ def build_module(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
             f"{owner}: argument '{name}' must have a dict 'init_args', got {init_args!r}"
         )
     module = _resolve(owner, name, class_path)(**init_args)
-    dtype = spec.get("dtype")
     if isinstance(dtype, str):
         module = module.to(getattr(torch, dtype))
     return module
+
+
+def _meta_build(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
+    """The module ``spec`` describes, built on the meta device: shapes, no storage."""
+    with torch.device("meta"):
+        return build_module(owner, name, spec)
+
+
+def spec_shapes(owner: str, name: str, spec: Mapping[str, Any]) -> dict[str, torch.Size]:
+    """The ``state_dict()`` shapes of the module ``spec`` describes, from a build on the
+    meta device (nothing is allocated, whatever sizes the spec names).
+
+    Raises:
+        ValueError: as :func:`build_module`, or the class cannot be built on the meta
+            device (its shapes cannot be known before it is built); the message says to
+            pass the module.
+    """
+    try:
+        module = _meta_build(owner, name, spec)
+    except (RuntimeError, NotImplementedError) as err:
+        raise ValueError(
+            f"{owner}: argument '{name}' ({spec['class_path']!r}) cannot be checked against "
+            f"the checkpoint's tensors before it is built ({type(err).__name__}: {err}); "
+            f"pass {name}=... to load_from_checkpoint if you trust the checkpoint"
+        ) from err
+    return {key: value.shape for key, value in module.state_dict().items()}
+
+
+def canonical_spec(owner: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` written one way: the class's public path, every setting as the module
+    reports it (``get_config()`` of a meta-device build, e.g. ``kernel_params`` ``{}``
+    for ``None``; else the given arguments with the class's defaults) and its dtype.
+
+    A spec without settings (``init_args`` ``None``) keeps them ``None``.
+
+    Raises:
+        ValueError: as :func:`build_module` (a class that may not be imported, say).
+    """
+    cls = _resolve(owner, name, spec["class_path"])
+    init_args = spec.get("init_args")
+    dtype = spec.get("dtype")
+    described: dict[str, Any] | None = None
+    if isinstance(init_args, Mapping):
+        try:
+            module = _meta_build(owner, name, spec)
+        except (RuntimeError, NotImplementedError):
+            module = None
+        if module is not None and callable(getattr(module, "get_config", None)):
+            described = describe_module(module)
+            dtype = described.get("dtype", dtype)
+            init_args = described["init_args"]
+        if described is None or init_args is None:
+            defaults = {
+                key: p.default
+                for key, p in inspect.signature(cls).parameters.items()
+                if p.default is not inspect.Parameter.empty
+            }
+            init_args = {**defaults, **init_args} if isinstance(init_args, Mapping) else None
+    path = _class_path(cls)
+    default_dtype = str(torch.get_default_dtype()).removeprefix("torch.")
+    return {"class_path": path, "init_args": init_args, "dtype": dtype or default_dtype}
 
 
 def module_from(owner: str, name: str, value: object, given: dict[str, Any]) -> Any:
@@ -179,4 +252,4 @@ def module_from(owner: str, name: str, value: object, given: dict[str, Any]) -> 
     if not is_spec(value):
         return value
     given.setdefault(name, value)
-    return build_module(owner, name, cast(Mapping[str, Any], value))
+    return build_module(owner, name, value)

@@ -3,26 +3,51 @@
 Saving records whether the saved ridge read-out was fitted on the saved features
 (:data:`~kernel_layers.training.readout.HEAD_CURRENT_KEY`): it lags them when a
 checkpoint is written between two validations, e.g. with ``check_val_every_n_epoch``.
-Before a model is rebuilt from a checkpoint alone, :func:`check_rebuildable` checks
-that the checkpoint records its kernel layer. Loading checks every tensor's shape first,
-and marks a lagging read-out unfitted, so that testing or predicting refits it from the
-data and ``scores()`` refuses until then.
+Before a model is rebuilt from a checkpoint alone, :func:`check_before_load` checks that
+the checkpoint records its kernel layer, that the records build exactly the tensors it
+carries, and that modules passed in their place have the recorded settings. Loading
+into a model checks its layers, its data settings, every tensor's shape and that every
+weight is finite first, and marks a lagging read-out unfitted, so that testing or
+predicting refits it from the data and ``scores()`` refuses until then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
+from kernel_layers.training.architecture import describe_module
+from kernel_layers.training.checkpoint_checks import (
+    MODULE_ARGUMENTS,
+    check_finite_state,
+    check_specs_fit_state,
+    data_differences,
+    module_differences,
+)
+from kernel_layers.training.checkpoint_io import (
+    check_weights_only,
+    in_memory,
+    is_url,
+    load_checkpoint_file,
+)
 from kernel_layers.training.preflight import check_layer_recorded
 from kernel_layers.training.readout import HEAD_CURRENT_KEY, head_current
 
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
 
-__all__ = ["check_rebuildable", "on_load_checkpoint", "on_save_checkpoint"]
+__all__ = [
+    "check_before_load",
+    "missing_tensors_named",
+    "on_load_checkpoint",
+    "on_save_checkpoint",
+    "read_for_load",
+]
 
 
 def on_save_checkpoint(model: KernelClassifier, checkpoint: dict[str, Any]) -> None:
@@ -31,28 +56,117 @@ def on_save_checkpoint(model: KernelClassifier, checkpoint: dict[str, Any]) -> N
 
 
 def on_load_checkpoint(model: KernelClassifier, checkpoint: dict[str, Any]) -> None:
-    """Check ``checkpoint``'s shapes against ``model`` and distrust a lagging read-out.
+    """Check ``checkpoint`` against ``model`` and its data, and distrust a lagging read-out.
+
+    Checked, before any tensor is copied: the kernel layer and backbone the checkpoint
+    records against the model's (each written one way), the data settings that decide
+    the split and scaling against the trainer's data module, every tensor's shape, and
+    that every weight is finite.
 
     Raises:
-        ValueError: a tensor's shape differs from the model's
-            (:meth:`~kernel_layers.training.module.KernelClassifier.check_state_shapes`).
+        ValueError: naming each difference with both values, each mismatched tensor with
+            both shapes, or each non-finite key.
     """
+    owner = type(model).__name__
+    trainer = model._trainer
+    source = getattr(trainer, "ckpt_path", None) or "the checkpoint"
+    saved = checkpoint.get(model.CHECKPOINT_HYPER_PARAMS_KEY, {})
+    wrong = module_differences(owner, saved, model.hparams, "model")
+    datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+    saved_data = checkpoint.get("datamodule_hyper_parameters")
+    if datamodule is not None and isinstance(saved_data, Mapping):
+        wrong += data_differences(saved_data, datamodule)
+    if wrong:
+        raise ValueError(
+            f"{owner}: checkpoint {str(source)!r} was saved with other settings than the "
+            "model and data it is loaded into: "
+            + "; ".join(wrong)
+            + " (build them with the checkpoint's settings, e.g. "
+            "KernelClassifier.load_from_checkpoint(path))"
+        )
     state = checkpoint.get("state_dict", {})
     model.check_state_shapes(state)
+    check_finite_state(owner, source, state)
     model.di_epoch_seen = None  # di_epoch_index is about to change
     if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
         state["head.fitted"] = torch.zeros_like(state["head.fitted"])
 
 
-def check_rebuildable(
-    owner: str, checkpoint_path: str | Path, hparams_key: str, overrides: dict[str, Any]
+def check_before_load(
+    owner: str,
+    source: str | Path,
+    checkpoint: Mapping[str, Any],
+    hparams_key: str,
+    overrides: Mapping[str, Any],
 ) -> None:
-    """Raise unless the checkpoint records its kernel layer or ``overrides`` (the keyword
-    arguments of ``load_from_checkpoint``) give one.
+    """The checks of ``load_from_checkpoint`` before the model is built: the checkpoint
+    records its kernel layer (or ``overrides``, its keyword arguments, give one); each
+    recorded spec builds exactly the tensors it carries (so that nothing enormous is
+    allocated); every weight is finite; a layer or backbone passed in ``overrides`` has
+    the recorded settings.
 
     Raises:
-        ValueError: as :func:`~kernel_layers.training.preflight.check_layer_recorded`.
+        ValueError: as :func:`~kernel_layers.training.preflight.check_layer_recorded` and
+            :func:`~kernel_layers.training.checkpoint_checks.check_specs_fit_state`, or
+            naming each setting of a passed module that differs, with both values.
     """
+    hparams = checkpoint.get(hparams_key) or {}
     if "kernel_layer" not in overrides:
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        check_layer_recorded(owner, checkpoint_path, checkpoint.get(hparams_key, {}))
+        check_layer_recorded(owner, source, hparams)
+    state = checkpoint.get("state_dict") or {}
+    check_specs_fit_state(owner, source, hparams, state, overrides)
+    check_finite_state(owner, source, state)
+    passed = {
+        name: describe_module(value)
+        for name, value in overrides.items()
+        if name in MODULE_ARGUMENTS and isinstance(value, nn.Module)
+    }
+    recorded = {k: hparams[k] for k in passed if k in hparams}
+    wrong = module_differences(owner, recorded, passed, "argument")
+    if wrong:
+        raise ValueError(
+            f"{owner}: the modules passed to load_from_checkpoint differ from those "
+            f"checkpoint {str(source)!r} was trained with: "
+            + "; ".join(wrong)
+            + " (pass them with the checkpoint's settings, or none: the checkpoint "
+            "rebuilds them)"
+        )
+
+
+def read_for_load(
+    owner: str, checkpoint_path: str | Path | IO[bytes], hparams_key: str, overrides: dict[str, Any]
+) -> str | Path | IO[bytes]:
+    """Read ``checkpoint_path`` once with ``weights_only=True`` and check it
+    (:func:`check_before_load`); returns what to hand Lightning's loader: the local
+    path, or the checkpoint in memory (a URL or a stream is never read twice).
+
+    ``overrides`` are ``load_from_checkpoint``'s keyword arguments; its
+    ``weights_only`` is removed from them.
+
+    Raises:
+        ValueError: ``weights_only=False``, or as :func:`load_checkpoint_file` and
+            :func:`check_before_load`.
+    """
+    check_weights_only(owner, overrides.pop("weights_only", None))
+    checkpoint = load_checkpoint_file(checkpoint_path, "cpu")
+    named = isinstance(checkpoint_path, str | Path)
+    source = str(checkpoint_path) if named else "stream"
+    check_before_load(owner, source, checkpoint, hparams_key, overrides)
+    if named and not is_url(checkpoint_path):
+        return checkpoint_path
+    return in_memory(checkpoint)
+
+
+@contextmanager
+def missing_tensors_named(owner: str, checkpoint_path: object) -> Iterator[None]:
+    """Turn Lightning's strict ``load_state_dict`` error into a ``ValueError`` naming the
+    checkpoint (a tensor missing from it, or one it has that the model lacks)."""
+    try:
+        yield
+    except RuntimeError as err:
+        if "state_dict" not in str(err):
+            raise
+        source = str(checkpoint_path) if isinstance(checkpoint_path, str | Path) else "stream"
+        raise ValueError(
+            f"{owner}: checkpoint {source!r} does not hold the tensors the model needs: {err}"
+        ) from err

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -202,27 +202,34 @@ class KernelClassifier(LightningModule):
     @classmethod
     def load_from_checkpoint(  # type: ignore[override]
         cls,
-        checkpoint_path: str | Path,
+        checkpoint_path: str | Path | IO[bytes],
         map_location: Any = None,
         hparams_file: str | Path | None = None,
         strict: bool | None = None,
         **kwargs: Any,
     ) -> KernelClassifier:
-        """Rebuild a model from its checkpoint alone (read with ``weights_only=True``).
+        """Rebuild a model from its checkpoint alone, read with ``weights_only=True`` (a
+        local file, an fsspec or an ``http(s)://`` URL:
+        :func:`~kernel_layers.training.checkpoint_io.load_checkpoint_file`).
 
         Keyword arguments override the saved hyper-parameters (``kernel_layer=`` and
-        ``backbone=`` modules included, e.g. for a backbone that cannot be rebuilt).
+        ``backbone=`` modules included, e.g. for a backbone that cannot be rebuilt); a
+        module passed must have the settings the checkpoint records.
 
         Raises:
-            ValueError: the checkpoint does not record its kernel layer (kernel-layers
-                < 0.2) and no ``kernel_layer=`` is given.
+            ValueError: ``weights_only=False``; the checkpoint cannot be read, holds
+                objects other than tensors and primitive types, does not record its
+                kernel layer (kernel-layers < 0.2) and no ``kernel_layer=`` is given, or
+                records a layer that does not build the tensors it carries; a module
+                passed differs from the recorded one; a tensor is missing, of another
+                shape, or not finite. Each message names the checkpoint.
         """
         key = cls.CHECKPOINT_HYPER_PARAMS_KEY
-        checkpoint_hooks.check_rebuildable(cls.__name__, checkpoint_path, key, kwargs)
-        kwargs.setdefault("weights_only", True)
-        return super().load_from_checkpoint(
-            checkpoint_path, map_location, hparams_file, strict, **kwargs
-        )
+        read = checkpoint_hooks.read_for_load(cls.__name__, checkpoint_path, key, kwargs)
+        with checkpoint_hooks.missing_tensors_named(cls.__name__, checkpoint_path):
+            return super().load_from_checkpoint(
+                read, map_location, hparams_file, strict, weights_only=True, **kwargs
+            )
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI

@@ -92,8 +92,9 @@ def check_data_sizes(
 
 
 def use_atomic_checkpoints(trainer: Trainer) -> None:
-    """Write checkpoints atomically (:class:`AtomicCheckpointIO`) where the trainer has
-    Lightning's default checkpoint writer (same files)."""
+    """Write checkpoints atomically and read them with ``weights_only=True``
+    (:class:`AtomicCheckpointIO`) where the trainer has Lightning's default checkpoint
+    IO (same files)."""
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
@@ -124,8 +125,9 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
 
 def at_setup(model: KernelClassifier, stage: str) -> None:
     """The checks of a model's ``setup``: the data module's sizes against the layers
-    (``model.check_data_sizes``); for fit, atomic checkpoint files and writable
-    checkpoint directories.
+    (``model.check_data_sizes``); checkpoints read with ``weights_only=True`` and written
+    atomically (:class:`AtomicCheckpointIO`, installed before Lightning reads a
+    ``ckpt_path``); for fit, writable checkpoint directories.
 
     Raises:
         ValueError: the data and the layers disagree on a size.
@@ -135,9 +137,10 @@ def at_setup(model: KernelClassifier, stage: str) -> None:
     datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
     if datamodule is not None:
         model.check_data_sizes(datamodule)
-    if stage == "fit" and trainer is not None:
-        use_atomic_checkpoints(trainer)
-        check_checkpoint_dirs(trainer, type(model).__name__)
+    if trainer is not None:
+        use_atomic_checkpoints(trainer)  # every stage: a ckpt_path is read weights_only
+        if stage == "fit":
+            check_checkpoint_dirs(trainer, type(model).__name__)
 
 
 def check_layer_recorded(owner: str, checkpoint_path: object, hparams: Mapping[str, Any]) -> None:
