@@ -446,9 +446,9 @@ def test_tensor_data_module_infers_shapes() -> None:
     dm.setup()
     assert dm.train_features().shape == (40, 2, 3) and len(dm.train_dataloader()) == 4
     assert dm.hparams["batch_size"] == 10 and "x_train" not in dm.hparams
-    with pytest.raises(ValueError, match=r"test labels must be integers in \[0, 2\)"):
-        TensorDataModule(x[:50], y[:50] % 2, x[50:], y[50:], num_classes=2).setup()
-    with pytest.raises(ValueError, match="train features contain NaN or Inf"):
+    with pytest.raises(ValueError, match=r"argument 'y_test' must be integers in \[0, 2\)"):
+        TensorDataModule(x[:50], y[:50] % 2, x[50:], y[50:], num_classes=2)
+    with pytest.raises(ValueError, match="argument 'x_train' contain NaN or Inf"):
         bad = x[:50].clone()
         bad[0, 0, 0] = float("nan")
         TensorDataModule(bad, y[:50], x[50:], y[50:]).setup()

@@ -29,7 +29,7 @@ from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fi
 from kernel_layers.cli.recipe_files import list_recipes, recipe_path
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
 from kernel_layers.training.module import KernelClassifier
-from kernel_layers.training.predictions import PredictionWriter
+from kernel_layers.training.predictions import PredictionWriter, check_not_an_input
 
 __all__ = [
     "KernelLayersCLI",
@@ -320,6 +320,12 @@ class KernelLayersCLI(LightningCLI):
                 f"ArrayDataModule, got {type(dm).__name__}"
             )
         dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
+        check_not_an_input(
+            options["predict_output"],
+            [options["predict_input"], options.get("ckpt_path")],
+            owner="kernel-layers predict",
+            name="--predict_output",
+        )
         if isinstance(self.model, KernelClassifier):
             self.model.hparams["return_scores"] = True
         writer = PredictionWriter(options["predict_output"], scores=options["predict_scores"])
