@@ -51,9 +51,24 @@ def test_csv_first_row_that_is_not_0_to_d_minus_1_is_data(tmp_path: Path) -> Non
     np.testing.assert_array_equal(read_feature_rows(tmp_path / "in.csv", (3,)), rows[1::-1])
 
 
+@pytest.mark.parametrize("first", ["0", "0,1", "0.0,1.0"])
+def test_csv_first_row_0_to_d_minus_1_with_fewer_than_3_columns_is_refused(first: str) -> None:
+    width = first.count(",") + 1
+    text = first + "\n" + "\n".join([",".join(["5"] * width)] * 3) + "\n"
+    with pytest.raises(
+        ValueError,
+        match=rf"csv_rows: the first row of 'f.csv' is {first}, which may be pandas' column "
+        r"names or data: with fewer than 3 columns it cannot be told",
+    ):
+        csv_rows(text, source="f.csv")
+    np.testing.assert_array_equal(
+        csv_rows("x0,x1\n0,1\n" if width == 2 else "x\n0\n"), [[0.0, 1.0][:width]]
+    )
+
+
 def test_csv_rows_name_the_bad_line() -> None:
     with pytest.raises(ValueError, match=r"cannot read 'f.csv' as comma-separated numbers: line 3"):
-        csv_rows("0,1\n1,2\n3,x\n", source="f.csv")
+        csv_rows("0,2\n1,2\n3,x\n", source="f.csv")
     with pytest.raises(ValueError, match=r"every row of 'f.csv' must have 2 values .*line 3 has 3"):
         csv_rows("a,b\n1,2\n3,4,5\n", source="f.csv")
 

@@ -5,10 +5,12 @@ Used to predict on new data (:meth:`ArrayDataModule.set_predict_source
 while reading.
 
 CSV header rule: the first row is a header, and skipped, when one of its fields is not a
-number, or when its fields are exactly the integers ``0, 1, ..., D-1`` in order (written
+number, or when its ``D >= 3`` fields are exactly ``0, 1, ..., D-1`` in order (written
 ``0,1,2`` or ``0.0,1.0,2.0``): the column names ``pandas.DataFrame(x).to_csv(path,
-index=False)`` writes. A data row that is exactly ``0, 1, ..., D-1`` is therefore read as
-a header: keep such data in a ``.npy`` file.
+index=False)`` writes. A first data row that is exactly ``0, 1, ..., D-1`` is therefore
+read as a header: keep such data in a ``.npy`` file. With one or two columns such a first
+row (``0`` or ``0,1``) is as likely data as a header, and the file is refused: give it a
+text header (``x0,x1``) or none that looks like ``0,1``.
 
 Image range rule: a pixel ``v`` of an image file whose values run to ``M`` (``255`` for
 8-bit images, ``65535`` for 16-bit grayscale PNGs) becomes ``v * pixel_max / M`` in the
@@ -32,6 +34,8 @@ from kernel_layers.data.splits import REAL_KINDS
 
 __all__ = ["IMAGE_SUFFIXES", "csv_rows", "read_feature_rows"]
 
+#: Fewest columns of a first row ``0, 1, ..., D-1`` taken for pandas' column names.
+MIN_NUMERIC_HEADER = 3
 #: Image files read by :func:`read_feature_rows` from a folder.
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 #: Largest pixel value of the 8-bit and 16-bit image modes that are read.
@@ -114,15 +118,16 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
         np.ndarray[N, D]: float64 rows (``N = 0`` for a text without data rows).
 
     Raises:
-        ValueError: a field that is not a number, or rows of different lengths (the message
-            names the file and the line).
+        ValueError: a field that is not a number, rows of different lengths (the message
+            names the file and the line), or a first row ``0`` / ``0,1`` that may be a
+            header or data.
     """
     lines = [
         (number, [field.strip() for field in fields])
         for number, fields in enumerate(csv.reader(io.StringIO(text)), start=1)
         if any(field.strip() for field in fields)
     ]
-    if lines and _is_header(lines[0][1]):
+    if lines and _is_header(lines[0][1], owner, source):
         lines = lines[1:]
     rows = []
     for number, fields in lines:
@@ -140,13 +145,23 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
     return np.array(rows, dtype=np.float64).reshape(len(rows), -1)
 
 
-def _is_header(fields: list[str]) -> bool:
-    """A first row is a header if a field is not a number, or if it is ``0, 1, ..., D-1``."""
+def _is_header(fields: list[str], owner: str, source: str) -> bool:
+    """A first row is a header if a field is not a number, or if it is ``0, 1, ..., D-1``
+    with ``D >= 3`` (module docstring); with ``D < 3`` that row is ambiguous and refused."""
     try:
         values = [float(field) for field in fields]
     except ValueError:
         return True
-    return values == [float(i) for i in range(len(values))]
+    if values != [float(i) for i in range(len(values))]:
+        return False
+    if len(values) < MIN_NUMERIC_HEADER:
+        raise ValueError(
+            f"{owner}: the first row of {source!r} is {','.join(fields)}, which may be "
+            "pandas' column names or data: with fewer than "
+            f"{MIN_NUMERIC_HEADER} columns it cannot be told; write a text header (e.g. "
+            "x0,x1) or save the rows as .npy"
+        )
+    return True
 
 
 def _read_image_folder(
