@@ -256,8 +256,9 @@ class KernelLayersCLI(LightningCLI):
             "--predict_input",
             type=str,
             default=None,
-            help="predict: a file of raw features (.npy / .csv) or a folder of images "
-            "instead of a split (scaled like the training data)",
+            help="predict: a file of raw features (.npy / .csv; a first row with text or "
+            "0,1,...,D-1 is a header) or a folder of images (converted to the training "
+            "data's pixel range) instead of a split (scaled like the training data)",
         )
         parser.add_argument(
             "--predict_scores",
