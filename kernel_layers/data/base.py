@@ -29,7 +29,7 @@ from kernel_layers.data.loaders import (
     make_loader,
 )
 from kernel_layers.data.network import failure_reason
-from kernel_layers.data.scaling import InputScaling, fit_min_max, scale_rows
+from kernel_layers.data.scaling import InputScaling, check_scaled, fit_min_max, scale_rows
 from kernel_layers.data.splits import (
     check_arrays,
     check_feature_values,
@@ -57,8 +57,6 @@ DEFAULT_VAL_FRACTION = 0.1
 
 Scaling = Literal["feature", "global"]
 _SCALINGS = ("feature", "global")
-#: Largest scaled feature served: its square stays finite in float32.
-MAX_SCALED_MAGNITUDE = float(np.sqrt(np.finfo(np.float32).max))
 #: ``(x_train [N, D], y_train [N], x_test [M, D], y_test [M])`` as loaded from disk.
 RawArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -269,16 +267,9 @@ class ArrayDataModule(LightningDataModule):
         """
         if self._shift is None or self._divisor is None or self._keep is None:
             raise RuntimeError(f"{self._name}: call setup() before scaling features")
+        assert self.data_min is not None and self.data_max is not None
         scaled = scale_rows(x, self._shift, self._divisor, self._keep, clip=clip)
-        largest = float(scaled.abs().max()) if scaled.numel() else 0.0
-        if not largest <= MAX_SCALED_MAGNITUDE:
-            raise ValueError(
-                f"{self._name}: {what} scale to values up to |{largest:.4g}| with the "
-                f"training rows' min-max statistics (min {float(self._shift.min()):.4g}, "
-                f"max {float((self._shift + self._divisor).max()):.4g}); their squares "
-                f"overflow float32 (|value| <= {MAX_SCALED_MAGNITUDE:.4g}), the kernel "
-                "layers' precision: bring the rows to the training data's units and range"
-            )
+        check_scaled(self._name, what, scaled, self.data_min.numpy(), self.data_max.numpy())
         return scaled
 
     def _dataset(self, x: np.ndarray, y: np.ndarray, *, clip: bool, split: str) -> TensorDataset:
@@ -299,7 +290,7 @@ class ArrayDataModule(LightningDataModule):
         Raises:
             TypeError: features that are not real numbers.
             ValueError: a wrong width, NaN / Inf, or values that scale beyond
-                :data:`MAX_SCALED_MAGNITUDE`.
+                :data:`~kernel_layers.data.scaling.MAX_SCALED_MAGNITUDE`.
         """
         array = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
         return self._transform(array, "argument 'x'")
