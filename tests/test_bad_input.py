@@ -466,3 +466,127 @@ def test_every_case_names_a_real_argument() -> None:
 
             params |= set(inspect.signature(ArrayDataModule).parameters)
         assert set(entry.kinds) <= params, (entry.name, set(entry.kinds) - params)
+
+
+# ---------------------------------------------------------------- data arguments and files
+def _data_arrays(**changes: Any) -> dict[str, Any]:
+    x = np.random.default_rng(0).random((40, 4))
+    arrays: dict[str, Any] = {
+        "x_train": x[:30],
+        "y_train": np.arange(30) % 3,
+        "x_test": x[30:],
+        "y_test": np.arange(10) % 3,
+    }
+    return {**arrays, **changes}
+
+
+def _huge_rows() -> np.ndarray:
+    rows = np.random.default_rng(0).random((30, 4))
+    rows[0, 0], rows[1, 0] = 1e308, -1e308
+    return rows
+
+
+#: (changed arguments, exception, the argument the message names)
+DATA_CASES = [
+    ({"x_train": _huge_rows()}, ValueError, "x_train"),
+    ({"x_test": -_huge_rows()[:10]}, ValueError, "x_test"),
+    ({"x_train": np.zeros((30, 4)) + 1j}, TypeError, "x_train"),
+    ({"x_train": np.zeros((30, 4), dtype="datetime64[D]")}, TypeError, "x_train"),
+    ({"x_train": np.zeros((30, 4), dtype="timedelta64[s]")}, TypeError, "x_train"),
+    ({"x_train": np.full((30, 4), "0.5", dtype=object)}, TypeError, "x_train"),
+    ({"x_test": np.full((10, 4), "0.5")}, TypeError, "x_test"),
+    ({"x_train": torch.zeros(30, 4, device="meta")}, ValueError, "x_train"),
+    ({"x_train": torch.zeros(30, 4).to_sparse()}, ValueError, "x_train"),
+    ({"x_train": torch.zeros(30, 4, dtype=torch.complex128)}, TypeError, "x_train"),
+    ({"y_train": np.array(["a", "b", "c"] * 10)}, TypeError, "y_train"),
+    ({"y_test": np.array(["a"] * 10, dtype=object)}, TypeError, "y_test"),
+    ({"y_train": torch.zeros(30, dtype=torch.long, device="meta")}, ValueError, "y_train"),
+    ({"y_train": np.r_[np.arange(29) % 3, 255]}, ValueError, "num_classes"),
+    ({"y_test": np.r_[np.arange(9) % 3, 1e9]}, ValueError, "num_classes"),
+    ({"y_test": np.r_[np.arange(9) % 3, 1e9], "num_classes": 3}, ValueError, "y_test"),
+    ({"y_train": np.arange(30) % 3 + 0.5}, ValueError, "y_train"),
+    ({"pixel_max": -1.0}, ValueError, "pixel_max"),
+    ({"pixel_max": "255"}, TypeError, "pixel_max"),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "argument"),
+    DATA_CASES,
+    ids=[f"TensorDataModule-{'-'.join(map(str, c))}-{i}" for i, (c, _, _) in enumerate(DATA_CASES)],
+)
+def test_tensor_data_module_bad_arguments(changes: dict, error: type, argument: str) -> None:
+    with pytest.raises(error, match=rf"^TensorDataModule: argument '{argument}'"):
+        TensorDataModule(**_data_arrays(**changes), val_fraction=0.0)
+
+
+def _write_file(folder: Any, kind: str) -> Any:
+    """A damaged or ambiguous user file of one kind; returns its path."""
+    from PIL import Image
+
+    from kernel_layers.data.idx import write_idx
+
+    if kind == "csv-ambiguous-header":
+        path = folder / "rows.csv"
+        path.write_text("0,1\n2,3\n")
+    elif kind == "idx-trailing-bytes":
+        path = folder / "data-idx1-ubyte"
+        write_idx(path, np.arange(5, dtype=np.uint8))
+        path.write_bytes(path.read_bytes() + b"\0")
+    else:  # an image folder
+        path = folder / "images"
+        path.mkdir()
+        rgba = np.zeros((8, 8, 4), dtype=np.uint8)
+        rgba[..., 3] = np.arange(64).reshape(8, 8)  # content only in the alpha channel
+        Image.fromarray(rgba, mode="RGBA").save(path / "a.png")
+    return path
+
+
+def _read_rows(shape: tuple[int, ...], pixel_max: float | None = None) -> Callable[[Any], Any]:
+    from kernel_layers.data.user_files import read_feature_rows
+
+    return lambda path: read_feature_rows(path, shape, pixel_max=pixel_max)
+
+
+def _read_idx(path: Any) -> Any:
+    from kernel_layers.data.idx import read_idx
+
+    return read_idx(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "call", "pattern"),
+    [
+        (
+            "csv-ambiguous-header",
+            _read_rows((2,)),
+            r"the first row of '.*rows.csv' is 0,1, which may be pandas' column names or data",
+        ),
+        ("idx-trailing-bytes", _read_idx, r"'.*data-idx1-ubyte' is longer than its header"),
+        ("image-alpha", _read_rows((1, 8, 8), 16.0), r"image '.*a.png' has transparent pixels"),
+        (
+            "image-unknown-range",
+            _read_rows((1, 8, 8)),
+            r"cannot read the image folder '.*images': the range of the training data's "
+            r"pixels is unknown",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " not in v else "",
+)
+def test_damaged_or_ambiguous_data_files_are_refused_by_name(tmp_path, kind, call, pattern) -> None:
+    path = _write_file(tmp_path, kind)
+    with pytest.raises(ValueError, match=pattern):
+        call(path)
+
+
+def test_predictions_are_never_written_over_an_input(tmp_path) -> None:
+    from kernel_layers.training.predictions import check_not_an_input
+
+    source = tmp_path / "rows.csv"
+    source.write_text("1,2,3\n")
+    (tmp_path / "link.csv").symlink_to(source)
+    for output in (source, tmp_path / "link.csv", tmp_path / "." / "rows.csv"):
+        with pytest.raises(ValueError, match=r"argument 'output' .* is the input file"):
+            check_not_an_input(output, [None, source])
+    check_not_an_input(tmp_path / "out.csv", [source, tmp_path])  # another file: fine
+    assert source.read_text() == "1,2,3\n"

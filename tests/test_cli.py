@@ -683,6 +683,8 @@ def test_predict_train_split_to_pt_without_scores(fitted_quickstart: Path, monke
 
 
 def test_predict_a_user_file_and_an_image_folder(fitted_quickstart: Path, monkeypatch, tmp_path):
+    import csv
+
     from PIL import Image
 
     from kernel_layers.data import DigitsDataModule
@@ -692,23 +694,55 @@ def test_predict_a_user_file_and_an_image_folder(fitted_quickstart: Path, monkey
     raw = np.asarray(__import__("sklearn.datasets").datasets.load_digits().data[:7])
     np.save(tmp_path / "rows.npy", raw)
     np.savetxt(tmp_path / "rows.csv", raw, delimiter=",", header="a" * 3, comments="")
+    with (tmp_path / "pandas.csv").open("w", newline="") as fh:  # DataFrame(raw).to_csv
+        csv.writer(fh).writerows([list(range(64)), *raw.astype(int).tolist()])
     images = tmp_path / "images"
     images.mkdir()
-    for i, row in enumerate(raw):
-        Image.fromarray(row.reshape(8, 8).astype(np.uint8), mode="L").save(images / f"{i:02d}.png")
+    png = np.round(raw * (255 / 16)).astype(np.uint8)  # ordinary 8-bit images, 0..255
+    for i, row in enumerate(png):
+        Image.fromarray(row.reshape(8, 8), mode="L").save(images / f"{i:02d}.png")
     model = KernelClassifier.load_from_checkpoint(
         fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"
     ).eval()
-    with torch.no_grad():
-        expected = model.scores(model(dm.transform(raw))).argmax(1).numpy()
-    for source in ("rows.npy", "rows.csv", "images"):
+
+    def classes(rows: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return model.scores(model(dm.transform(rows))).argmax(1).numpy()
+
+    expected = classes(raw)
+    from_png = classes(png * (16 / 255))  # the same images as arrays in the digits' units
+    assert len(set(from_png.tolist())) > 1 and (from_png == expected).mean() >= 6 / 7
+    for source, want in (
+        ("rows.npy", expected),
+        ("rows.csv", expected),
+        ("pandas.csv", expected),
+        ("images", from_png),
+    ):
         _predict(
             fitted_quickstart,
             f"--predict_input={tmp_path / source}",
             f"--predict_output={source}.csv",
         )
         rows = np.loadtxt(fitted_quickstart / f"{source}.csv", delimiter=",", skiprows=1)
-        np.testing.assert_array_equal(rows[:, 1], expected)
+        assert rows.shape[0] == 7, source  # a numeric header is not a data row
+        np.testing.assert_array_equal(rows[:, 1], want)
+
+
+def test_predict_refuses_an_output_that_is_its_input(fitted_quickstart: Path, monkeypatch):
+    monkeypatch.chdir(fitted_quickstart)
+    source = fitted_quickstart / "same.csv"
+    np.savetxt(source, np.zeros((3, 64)), delimiter=",")
+    before = source.read_bytes()
+    with pytest.raises(
+        ValueError,
+        match=r"kernel-layers predict: argument '--predict_output' 'same.csv' is the input "
+        r"file '.*same.csv'; writing the predictions would overwrite it",
+    ):
+        _predict(fitted_quickstart, "--predict_input=same.csv", "--predict_output=same.csv")
+    (fitted_quickstart / "link.csv").symlink_to(source)
+    with pytest.raises(ValueError, match=r"argument '--predict_output' 'link.csv' is the input"):
+        _predict(fitted_quickstart, f"--predict_input={source}", "--predict_output=link.csv")
+    assert source.read_bytes() == before
 
 
 def test_predict_rejects_a_bad_output_and_a_missing_input(fitted_quickstart: Path, monkeypatch):

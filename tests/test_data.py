@@ -8,6 +8,7 @@ import socket
 import string
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -446,9 +447,9 @@ def test_tensor_data_module_infers_shapes() -> None:
     dm.setup()
     assert dm.train_features().shape == (40, 2, 3) and len(dm.train_dataloader()) == 4
     assert dm.hparams["batch_size"] == 10 and "x_train" not in dm.hparams
-    with pytest.raises(ValueError, match=r"test labels must be integers in \[0, 2\)"):
-        TensorDataModule(x[:50], y[:50] % 2, x[50:], y[50:], num_classes=2).setup()
-    with pytest.raises(ValueError, match="train features contain NaN or Inf"):
+    with pytest.raises(ValueError, match=r"argument 'y_test' must be integers in \[0, 2\)"):
+        TensorDataModule(x[:50], y[:50] % 2, x[50:], y[50:], num_classes=2)
+    with pytest.raises(ValueError, match="argument 'x_train' contain NaN or Inf"):
         bad = x[:50].clone()
         bad[0, 0, 0] = float("nan")
         TensorDataModule(bad, y[:50], x[50:], y[50:]).setup()
@@ -559,3 +560,185 @@ def test_common_options_are_declared_once(cls: type[ArrayDataModule], tmp_path: 
     assert dm.hparams["drop_last"] is True and dm.hparams["val_fraction"] == 0.1
     with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
         cls(batchsize=7)
+
+
+# ------------------------------------------------------------------ in-memory arguments
+def _tensor_dm(**changes: object) -> TensorDataModule:
+    x = np.random.default_rng(0).random((40, 3))
+    y = np.arange(40) % 2
+    args: dict = {"x_train": x[:30], "y_train": y[:30], "x_test": x[30:], "y_test": y[30:]}
+    args.update(changes)
+    return TensorDataModule(**args, val_fraction=0.0)
+
+
+def _huge() -> np.ndarray:
+    x = np.random.default_rng(0).random((30, 3))
+    x[0, 0], x[1, 0] = 1e308, -1e308
+    return x
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        (
+            {"x_train": _huge()},
+            ValueError,
+            r"argument 'x_train' must have \|value\| <= 8.988e\+307 \(the min-max scaling's "
+            r"span max - min overflows float64 beyond\), got max \|value\| = 1e\+308",
+        ),
+        (
+            {"x_test": np.random.default_rng(0).random((10, 3)) + 1j},
+            TypeError,
+            r"argument 'x_test' must hold real numbers \(bool, integer or float\), got dtype "
+            r"complex128",
+        ),
+        (
+            {"x_train": np.zeros((30, 3), dtype="datetime64[s]")},
+            TypeError,
+            r"argument 'x_train' must hold real numbers .*got dtype datetime64\[s\]",
+        ),
+        (
+            {"x_train": np.full((30, 3), "1.5", dtype=object)},
+            TypeError,
+            r"argument 'x_train' must hold real numbers .*got dtype object",
+        ),
+        (
+            {"x_train": np.full((30, 3), "1.5")},
+            TypeError,
+            r"argument 'x_train' must hold real numbers .*got dtype <U3",
+        ),
+        (
+            {"y_train": np.array(["cat", "dog"] * 15)},
+            TypeError,
+            r"argument 'y_train' must hold integer class indices, got dtype <U3 \(map class "
+            r"names to 0..L-1 first, e.g. sklearn.preprocessing.LabelEncoder\)",
+        ),
+        (
+            {"x_train": torch.empty(30, 3, device="meta")},
+            ValueError,
+            r"argument 'x_train' must hold data, got a meta tensor of shape \[30, 3\]",
+        ),
+        (
+            {"y_test": torch.zeros(10, dtype=torch.long, device="meta")},
+            ValueError,
+            r"argument 'y_test' must hold data, got a meta tensor",
+        ),
+        (
+            {"x_train": torch.rand(30, 3, dtype=torch.complex64)},
+            TypeError,
+            r"argument 'x_train' must hold real numbers, got dtype torch.complex64",
+        ),
+        (
+            {"x_train": torch.rand(30, 3).to_sparse()},
+            ValueError,
+            r"argument 'x_train' must be a dense tensor, got layout torch.sparse_coo",
+        ),
+        (
+            {"y_train": np.r_[np.arange(29) % 2, 255]},
+            ValueError,
+            r"argument 'num_classes' is None, so the labels of 'y_train' and 'y_test' must be "
+            r"the classes 0..L-1, each present; got 3 distinct labels in \[0, 255\] "
+            r"\(missing: \[2, 3, 4, 5, 6\] ...\); pass num_classes",
+        ),
+        (
+            {"y_train": np.r_[np.arange(29) % 2, 1e9]},
+            ValueError,
+            r"argument 'num_classes' is None, .*got 3 distinct labels in \[0, 1000000000\]",
+        ),
+        (
+            {"y_train": np.r_[np.arange(29) % 2, 1e9], "num_classes": 10},
+            ValueError,
+            r"argument 'y_train' must be integers in \[0, 10\), got values in "
+            r"\[0.0, 1000000000.0\]",
+        ),
+        (
+            {"y_test": np.r_[np.arange(9) % 2, 2.5]},
+            ValueError,
+            r"argument 'y_test' must be integers >= 0, got values in \[0.0, 2.5\]",
+        ),
+        (
+            {"pixel_max": 0},
+            ValueError,
+            r"argument 'pixel_max' must be a finite number > 0, got 0.0",
+        ),
+    ],
+    ids=[
+        "1e308",
+        "complex",
+        "datetime",
+        "object",
+        "strings",
+        "string-labels",
+        "meta-features",
+        "meta-labels",
+        "complex-tensor",
+        "sparse",
+        "label-255",
+        "label-1e9",
+        "label-1e9-num-classes",
+        "fractional-label",
+        "pixel-max",
+    ],
+)
+def test_tensor_data_module_refuses_bad_arguments_by_name(changes, error, message) -> None:
+    with pytest.raises(error, match=rf"^TensorDataModule: {message}"):
+        _tensor_dm(**changes)
+
+
+def test_tensor_data_module_class_count_from_labels() -> None:
+    assert _tensor_dm().num_classes == 2
+    y = np.r_[np.arange(29) % 2, 255]
+    dm = _tensor_dm(y_train=y, num_classes=256)  # an explicit count holds label 255
+    assert dm.num_classes == 256
+    dm.setup()
+    assert dm.train_targets().max() == 255
+    booleans = _tensor_dm(y_train=np.arange(30) % 2 == 1, y_test=np.arange(10) % 2 == 0)
+    assert booleans.num_classes == 2
+
+
+def test_rows_that_scale_beyond_float32_squares_are_refused() -> None:
+    x = np.random.default_rng(0).random((40, 3))
+    x_test = x[30:].copy()
+    x_test[0, 1] = 1e25  # finite, but (1e25 / span)^2 overflows float32
+    dm = TensorDataModule(x[:30], np.arange(30) % 2, x_test, np.arange(10) % 2)
+    with pytest.raises(
+        ValueError,
+        match=r"TensorDataModule: test features scale to values up to \|1.\d+e\+25\| with the "
+        r"training rows' min-max statistics .*their squares overflow float32",
+    ):
+        dm.setup()
+    dm = _tensor_dm()
+    with pytest.raises(ValueError, match=r"argument 'x' scale to values up to .*overflow float32"):
+        dm.transform(np.full((2, 3), 1e30))
+    with pytest.raises(ValueError, match=r"argument 'x' contain NaN or Inf"):
+        dm.transform(np.full((2, 3), np.inf))
+
+
+# ------------------------------------------------------------------ distributed loaders
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_ddp_training_loader_keeps_the_data_modules_shuffle(shuffle: bool) -> None:
+    """A fake 2-rank trainer: each rank gets its own DistributedSampler with the data
+    module's shuffle and seed, which Lightning keeps (it replaces any other sampler by
+    one that always shuffles)."""
+    from torch.utils.data import DistributedSampler
+
+    x = np.arange(64, dtype=np.float64).reshape(32, 2)
+    y = np.arange(32) % 2
+    orders = []
+    for rank in (0, 1):
+        dm = TensorDataModule(
+            x, y, x[:4], y[:4], batch_size=4, val_fraction=0.0, shuffle=shuffle, seed=3
+        )
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)  # type: ignore[assignment]
+        dm.setup()
+        loader = dm.train_dataloader()
+        assert isinstance(loader.sampler, DistributedSampler)
+        assert (loader.sampler.shuffle, loader.sampler.seed) == (shuffle, 3)
+        assert (loader.sampler.num_replicas, loader.sampler.rank) == (2, rank)
+        rows = [int(r) for batch in loader for r in (batch[0][:, 0] * 62 / 2).round()]
+        orders.append(rows)
+    if not shuffle:  # rank r: rows r, r + 2, ... in order
+        assert orders == [list(range(0, 32, 2)), list(range(1, 32, 2))]
+    else:
+        assert orders[0] != sorted(orders[0])
+    assert sorted(orders[0] + orders[1]) == list(range(32))  # each row on one rank once

@@ -96,3 +96,26 @@ def test_gzip_helper_round_trip(tmp_path: Path) -> None:
     with gzip.open(path, "wb") as fh:
         fh.write(b"abc")
     assert gzip.decompress(path.read_bytes()) == b"abc"
+
+
+def test_idx_file_longer_than_its_header_is_refused(tmp_path: Path) -> None:
+    make_mnist_dir(tmp_path)
+    path = tmp_path / IDX_NAMES[0]
+    path.write_bytes(path.read_bytes() + bytes(28 * 28))  # one image the header does not count
+    with pytest.raises(
+        ValueError,
+        match=r"read_idx: '.*train-images-idx3-ubyte' is longer than its header: header "
+        r"announces shape \(\d+, 28, 28\) \(\d+ bytes\), file holds \d+ bytes",
+    ):
+        MNISTDataModule(tmp_path, download=False).setup()
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_covtype_file_too_small_to_split_names_the_file(tmp_path: Path, rows: int) -> None:
+    write_covtype(tmp_path / "covtype.data", n=rows)
+    with pytest.raises(
+        ValueError,
+        match=rf"CovTypeDataModule: '.*covtype.data' holds {rows} row\(s\), too few for the "
+        r"train / test split",
+    ):
+        CovTypeDataModule(tmp_path, download=False).setup()

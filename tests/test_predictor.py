@@ -344,3 +344,40 @@ def test_export_onnx_names_what_onnxruntime_cannot_run(tmp_path) -> None:
     ):
         export_onnx(predictor, tmp_path / "cnn64.onnx", torch.rand(4, 1, 8, 8, dtype=torch.float64))
     assert not list(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------ predictions file
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink"])
+def test_prediction_writer_never_overwrites_the_predicted_file(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer], tmp_path, link: str
+) -> None:
+    import os
+
+    from kernel_layers.training.predictions import PredictionWriter
+
+    model, dm, _ = fitted
+    source = tmp_path / "rows.csv"
+    np.savetxt(source, _digits()[2][:5], delimiter=",")
+    before = source.read_bytes()
+    output = source
+    if link != "same":
+        output = tmp_path / "out.csv"
+        (os.symlink if link == "symlink" else os.link)(source, output)
+    dm.set_predict_source(path=source)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[PredictionWriter(output)],
+    )
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"PredictionWriter: argument 'output' '.*' is the input file '.*rows.csv'; "
+            r"writing the predictions would overwrite it",
+        ):
+            trainer.predict(model, dm)
+    finally:
+        dm.set_predict_source("test")
+    assert source.read_bytes() == before

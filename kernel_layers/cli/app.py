@@ -35,7 +35,7 @@ from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
 from kernel_layers.training.checkpoint_checks import configuration_differences
 from kernel_layers.training.checkpoint_io import check_weights_only, load_checkpoint_file
 from kernel_layers.training.module import KernelClassifier
-from kernel_layers.training.predictions import PredictionWriter
+from kernel_layers.training.predictions import PredictionWriter, check_not_an_input
 
 __all__ = [
     "KernelLayersCLI",
@@ -241,8 +241,9 @@ class KernelLayersCLI(LightningCLI):
             "--predict_input",
             type=str,
             default=None,
-            help="predict: a file of raw features (.npy / .csv) or a folder of images "
-            "instead of a split (scaled like the training data)",
+            help="predict: a file of raw features (.npy / .csv; a first row with text or "
+            "0,1,...,D-1 is a header) or a folder of images (converted to the training "
+            "data's pixel range) instead of a split (scaled like the training data)",
         )
         parser.add_argument(
             "--predict_scores",
@@ -342,6 +343,12 @@ class KernelLayersCLI(LightningCLI):
                 f"ArrayDataModule, got {type(dm).__name__}"
             )
         dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
+        check_not_an_input(
+            options["predict_output"],
+            [options["predict_input"], options.get("ckpt_path")],
+            owner="kernel-layers predict",
+            name="--predict_output",
+        )
         if isinstance(self.model, KernelClassifier):
             self.model.hparams["return_scores"] = True
         writer = PredictionWriter(options["predict_output"], scores=options["predict_scores"])

@@ -29,8 +29,13 @@ from kernel_layers.data.loaders import (
     make_loader,
 )
 from kernel_layers.data.network import failure_reason
-from kernel_layers.data.scaling import InputScaling, fit_min_max, scale_rows
-from kernel_layers.data.splits import check_arrays, split_seeds, validation_split
+from kernel_layers.data.scaling import InputScaling, check_scaled, fit_min_max, scale_rows
+from kernel_layers.data.splits import (
+    check_arrays,
+    check_feature_values,
+    split_seeds,
+    validation_split,
+)
 from kernel_layers.data.user_files import read_feature_rows
 
 __all__ = [
@@ -107,6 +112,9 @@ class ArrayDataModule(LightningDataModule):
     image_shape: ClassVar[tuple[int, int, int] | None] = None
     #: Scaling used when ``scaling=None``.
     default_scaling: ClassVar[Scaling] = "feature"
+    #: Largest pixel value in the raw data's units (image data), which converts the
+    #: pixels of an image folder to those units; ``None``: image folders are refused.
+    pixel_max: float | None = None
 
     def __init__(
         self,
@@ -235,13 +243,13 @@ class ArrayDataModule(LightningDataModule):
         val_idx, fit_idx = validation_split(self._name, len(x_train), self.val_fraction, self.seed)
         x_fit = x_train[fit_idx]
         self._fit_scaler(x_fit)
-        self.train_dataset = self._dataset(x_fit, y_train[fit_idx], clip=True)
+        self.train_dataset = self._dataset(x_fit, y_train[fit_idx], clip=True, split="train")
         self.val_dataset = (
-            self._dataset(x_train[val_idx], y_train[val_idx], clip=self.clip)
+            self._dataset(x_train[val_idx], y_train[val_idx], clip=self.clip, split="val")
             if len(val_idx)
             else None
         )
-        self.test_dataset = self._dataset(x_test, y_test, clip=self.clip)
+        self.test_dataset = self._dataset(x_test, y_test, clip=self.clip, split="test")
 
     def _fit_scaler(self, x: np.ndarray) -> None:
         """Min-max statistics of ``x (np.ndarray[N, D])`` (global or per column)."""
@@ -250,14 +258,23 @@ class ArrayDataModule(LightningDataModule):
         self.data_min = torch.from_numpy(lo.copy())
         self.data_max = torch.from_numpy(hi.copy())
 
-    def _scale(self, x: np.ndarray, *, clip: bool) -> Tensor:
-        """Scale ``x (np.ndarray[N, D])`` into a new ``Tensor[N, D]`` of float32."""
+    def _scale(self, x: np.ndarray, *, clip: bool, what: str) -> Tensor:
+        """Scale ``x (np.ndarray[N, D])`` into a new ``Tensor[N, D]`` of float32.
+
+        Raises:
+            ValueError: a scaled value whose square overflows float32 (a row far outside
+                the training range), naming ``what`` and the training range.
+        """
         if self._shift is None or self._divisor is None or self._keep is None:
             raise RuntimeError(f"{self._name}: call setup() before scaling features")
-        return scale_rows(x, self._shift, self._divisor, self._keep, clip=clip)
+        assert self.data_min is not None and self.data_max is not None
+        scaled = scale_rows(x, self._shift, self._divisor, self._keep, clip=clip)
+        check_scaled(self._name, what, scaled, self.data_min.numpy(), self.data_max.numpy())
+        return scaled
 
-    def _dataset(self, x: np.ndarray, y: np.ndarray, *, clip: bool) -> TensorDataset:
-        features = self._scale(x, clip=clip).reshape(len(x), *self.input_shape)
+    def _dataset(self, x: np.ndarray, y: np.ndarray, *, clip: bool, split: str) -> TensorDataset:
+        features = self._scale(x, clip=clip, what=f"{split} features")
+        features = features.reshape(len(x), *self.input_shape)
         return BatchedTensorDataset(features, torch.from_numpy(y))
 
     def transform(self, x: Tensor | np.ndarray) -> Tensor:
@@ -269,16 +286,26 @@ class ArrayDataModule(LightningDataModule):
 
         Returns:
             Tensor[N, *input_shape]: float32 scaled features.
+
+        Raises:
+            TypeError: features that are not real numbers.
+            ValueError: a wrong width, NaN / Inf, or values that scale beyond
+                :data:`~kernel_layers.data.scaling.MAX_SCALED_MAGNITUDE`.
         """
-        self.setup()
         array = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+        return self._transform(array, "argument 'x'")
+
+    def _transform(self, array: np.ndarray, what: str) -> Tensor:
+        self.setup()
         array = array.reshape(len(array), -1)
         if array.shape[1] != self.in_features:
             raise ValueError(
                 f"{self._name}: transform expects {self.in_features} features per row, "
                 f"got {array.shape[1]}"
             )
-        return self._scale(array, clip=self.clip).reshape(len(array), *self.input_shape)
+        check_feature_values(self._name, what, array)
+        scaled = self._scale(array, clip=self.clip, what=what)
+        return scaled.reshape(len(array), *self.input_shape)
 
     def input_scaling(self) -> InputScaling:
         """The scaling :meth:`transform` applies, as a module (float64 buffers): raw rows
@@ -336,7 +363,8 @@ class ArrayDataModule(LightningDataModule):
             seed=self.seed,
             shuffle=self.shuffle,
             drop_last=self.drop_last,
-            single_process=trainer is None or trainer.world_size == 1,
+            world_size=1 if trainer is None else trainer.world_size,
+            rank=0 if trainer is None else trainer.global_rank,
         )
 
     def _require(self, dataset: TensorDataset | None, split: str) -> TensorDataset:
@@ -372,8 +400,10 @@ class ArrayDataModule(LightningDataModule):
             split: ``"train"`` (every row, in order), ``"val"`` or ``"test"``.
             path: instead of a split, a file of raw features (``.npy``, or ``.csv`` with
                 an optional header row) with one row per sample, or a folder of images
-                (read in file-name order, for image data); scaled with the training
-                statistics like the splits.
+                (read in file-name order, for image data, pixels converted to the
+                training data's range :attr:`pixel_max`); scaled with the training
+                statistics like the splits. The rules for CSV headers and image ranges
+                are in :mod:`~kernel_layers.data.user_files`.
 
         Raises:
             ValueError: unknown split, a missing path or an unsupported file type.
@@ -387,15 +417,21 @@ class ArrayDataModule(LightningDataModule):
         self._predict_split = split
         self._predict_path = None if path is None else Path(path)
 
+    @property
+    def predict_path(self) -> Path | None:
+        """The file or folder :meth:`predict_dataloader` reads, or ``None`` (a split)."""
+        return getattr(self, "_predict_path", None)
+
     def predict_dataloader(self) -> DataLoader:
         """Batches of the prediction source (default: the test split, in file order);
         ``batch[0]`` holds the features. See :meth:`set_predict_source`."""
-        path = getattr(self, "_predict_path", None)
+        path = self.predict_path
         if path is not None:
             self.setup()
             shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
-            raw = read_feature_rows(path, shape, owner=self._name)
-            return self._loader(BatchedTensorDataset(self.transform(raw)), train=False)
+            raw = read_feature_rows(path, shape, owner=self._name, pixel_max=self.pixel_max)
+            features = self._transform(raw, f"the rows of {str(path)!r}")
+            return self._loader(BatchedTensorDataset(features), train=False)
         split = getattr(self, "_predict_split", "test")
         datasets = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}
         if split == "val" and self.val_dataset is None and self.train_dataset is not None:

@@ -62,9 +62,9 @@ class CovTypeDataModule(SklearnHomeDataModule):
     num_classes = 7
     in_features = 54
 
-    def _split(self, x: np.ndarray, y: np.ndarray) -> RawArrays:
+    def _split(self, x: np.ndarray, y: np.ndarray, source: str) -> RawArrays:
         n = len(x)
-        n_train = self._proportional_split(n, COVTYPE_SIZE, COVTYPE_TRAIN_SIZE)
+        n_train = self._train_rows(n, COVTYPE_SIZE, COVTYPE_TRAIN_SIZE, source)
         test_rng, _ = split_seeds(self.seed)
         perm = test_rng.permutation(n)
         train_idx, test_idx = np.sort(perm[:n_train]), np.sort(perm[n_train:])
@@ -88,10 +88,10 @@ class CovTypeDataModule(SklearnHomeDataModule):
         raw = self._find_raw(COVTYPE_RAW_FILES, COVTYPE_SKLEARN_DIR)
         if raw is not None:
             path = raw
-            return lambda: self._split(*read_covtype_csv(path))
+            return lambda: self._split(*read_covtype_csv(path), source=f"'{path}'")
         arrays = self.data_home / COVTYPE_ARRAYS_FILE
         if arrays.is_file():
-            return lambda: self._split(*read_arrays(arrays, owner=self._name))
+            return lambda: self._split(*read_arrays(arrays, owner=self._name), source=f"'{arrays}'")
         if any((cache / name).exists() for name in COVTYPE_SKLEARN_FILES):
             raise ValueError(
                 f"{self._name}: refusing to read scikit-learn's pickled cache '{cache}' "
@@ -110,7 +110,7 @@ class CovTypeDataModule(SklearnHomeDataModule):
                 reason = failure_reason(err)
             else:
                 write_arrays(arrays, *fetched)
-                return lambda: self._split(*fetched)
+                return lambda: self._split(*fetched, source="the download")
         raise DatasetNotFoundError(
             f"{self._name}: no CovType data under '{self.data_home}' and {reason}. "
             f"Expected the UCI CSV {' or '.join(COVTYPE_RAW_FILES)} in '{self.data_home}' "

@@ -35,6 +35,7 @@ class DigitsDataModule(ArrayDataModule):
     image_shape = DIGITS_IMAGE_SHAPE
     in_features = int(np.prod(DIGITS_IMAGE_SHAPE))
     default_scaling: ClassVar[Scaling] = "global"
+    pixel_max = 16.0
 
     def __init__(
         self,

@@ -40,7 +40,8 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
         from the type code (``uint8`` for MNIST images ``[N, 28, 28]`` and labels ``[N]``).
 
     Raises:
-        ValueError: the header is not an IDX header or the payload is truncated.
+        ValueError: the header is not an IDX header, or the payload's size differs from the
+            header's (truncated, or trailing bytes the header does not count).
     """
     path = Path(path)
     raw = read_bytes(path, "read_idx")
@@ -61,10 +62,14 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     dtype = np.dtype(IDX_DTYPES[type_code])
     count = int(np.prod(shape, dtype=np.int64))
-    if len(raw) - header < count * dtype.itemsize:
+    payload = len(raw) - header
+    if payload != count * dtype.itemsize:
+        short = payload < count * dtype.itemsize
+        problem = "is truncated" if short else "is longer than its header"
         raise ValueError(
-            f"read_idx: '{path}' is truncated: header announces shape {shape} "
-            f"({count * dtype.itemsize} bytes), file holds {len(raw) - header} bytes"
+            f"read_idx: '{path}' {problem}: header announces shape {shape} "
+            f"({count * dtype.itemsize} bytes), file holds {payload} bytes after the header "
+            "(the sizes must agree)"
         )
     data = np.frombuffer(raw, dtype=dtype, count=count, offset=header).reshape(shape)
     return data.astype(dtype.newbyteorder("="), copy=True)

@@ -61,8 +61,8 @@ class LetterDataModule(SklearnHomeDataModule):
     num_classes = 26
     in_features = 16
 
-    def _split(self, x: np.ndarray, y: np.ndarray) -> RawArrays:
-        n_train = self._proportional_split(len(x), LETTER_SIZE, LETTER_TRAIN_SIZE)
+    def _split(self, x: np.ndarray, y: np.ndarray, source: str) -> RawArrays:
+        n_train = self._train_rows(len(x), LETTER_SIZE, LETTER_TRAIN_SIZE, source)
         return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
     def _from_openml(self) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +87,7 @@ class LetterDataModule(SklearnHomeDataModule):
         raw = self._find_raw(LETTER_RAW_FILES, "letter")
         if raw is not None:
             path = raw
-            return lambda: self._split(*read_letter_csv(path))
+            return lambda: self._split(*read_letter_csv(path), source=f"'{path}'")
         openml_cache = self.data_home / "openml"
         reason = "download is disabled (download=False)"
         if self.download or openml_cache.is_dir():
@@ -99,7 +99,7 @@ class LetterDataModule(SklearnHomeDataModule):
             except Exception as err:
                 reason = failure_reason(err)
             else:
-                return lambda: self._split(*fetched)
+                return lambda: self._split(*fetched, source="the download")
         raise DatasetNotFoundError(
             f"{self._name}: no Letter data under '{self.data_home}' and {reason}. "
             f"Expected the UCI CSV {LETTER_RAW_FILES[0]} (or {LETTER_RAW_FILES[1]}) in "

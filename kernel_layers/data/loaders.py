@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from kernel_layers.data.sampling import ResumableLoader
 
@@ -67,7 +67,8 @@ def make_loader(
     seed: int,
     shuffle: bool,
     drop_last: bool,
-    single_process: bool,
+    world_size: int = 1,
+    rank: int = 0,
 ) -> DataLoader:
     """A loader of ``dataset`` (a :class:`BatchedTensorDataset`).
 
@@ -81,11 +82,15 @@ def make_loader(
         seed: seed of the training order.
         shuffle: shuffle training batches.
         drop_last: drop the incomplete last training batch.
-        single_process: no distributed trainer (or a world of one process).
+        world_size: processes of a distributed trainer (``1``: a single process).
+        rank: this process's global rank.
 
     Returns:
-        DataLoader: a :class:`ResumableLoader` for training in a single process, else a
-        plain ``DataLoader``.
+        DataLoader: a :class:`ResumableLoader` for training in a single process; for
+        distributed training a ``DataLoader`` over this rank's
+        :class:`~torch.utils.data.DistributedSampler` with ``shuffle`` and ``seed`` as
+        given (Lightning keeps a loader's own ``DistributedSampler``, where it would put a
+        shuffling one in place of any other sampler); a plain ``DataLoader`` else.
     """
     options: dict[str, Any] = {
         "num_workers": num_workers,
@@ -93,9 +98,17 @@ def make_loader(
         "persistent_workers": num_workers > 0,
         "collate_fn": collate_batched,
     }
-    if train and single_process:
+    if train and world_size > 1:
+        # Lightning's own distributed sampler would always shuffle (shuffle=False lost).
+        sampler: DistributedSampler[int] = DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed
+        )
+        return DataLoader(
+            dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **options
+        )
+    if train:
         # Seeded per epoch and stateful: a fit killed mid-epoch resumes on exactly the
-        # same batches. (Under DDP, Lightning swaps in its DistributedSampler.)
+        # same batches.
         return ResumableLoader(
             dataset,
             batch_size=batch_size,
@@ -104,10 +117,4 @@ def make_loader(
             drop_last=drop_last,
             **options,
         )
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=train and shuffle,
-        drop_last=train and drop_last,
-        **options,
-    )
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, drop_last=False, **options)

@@ -38,6 +38,7 @@ class _IDXDataModule(ArrayDataModule):
     image_shape = MNIST_IMAGE_SHAPE
     in_features = int(np.prod(MNIST_IMAGE_SHAPE))
     default_scaling: ClassVar[Scaling] = "global"
+    pixel_max = 255.0
 
     def __init__(
         self,

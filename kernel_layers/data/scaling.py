@@ -8,12 +8,22 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["CONSTANT_COLUMN_RTOL", "SCALE_CHUNK_ROWS", "InputScaling", "fit_min_max", "scale_rows"]
+__all__ = [
+    "CONSTANT_COLUMN_RTOL",
+    "MAX_SCALED_MAGNITUDE",
+    "SCALE_CHUNK_ROWS",
+    "InputScaling",
+    "check_scaled",
+    "fit_min_max",
+    "scale_rows",
+]
 
 #: A column whose training range is at most this (relative to its magnitude) is constant.
 CONSTANT_COLUMN_RTOL = 1e-12
 #: Rows scaled per chunk (bounds the float64 working memory of the scaler).
 SCALE_CHUNK_ROWS = 8192
+#: Largest scaled feature served: its square stays finite in float32.
+MAX_SCALED_MAGNITUDE = float(np.sqrt(np.finfo(np.float32).max))
 
 
 def fit_min_max(
@@ -64,6 +74,29 @@ def scale_rows(
             np.clip(chunk, 0.0, 1.0, out=chunk)
         out[start : start + len(chunk)] = torch.from_numpy(chunk)
     return out
+
+
+def check_scaled(owner: str, what: str, scaled: Tensor, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Raise if a scaled value's square overflows float32 (a row far outside the range).
+
+    Args:
+        owner: the data module's name for messages.
+        what: the rows, for messages (``"test features"``, ``"argument 'x'"``).
+        scaled (Tensor[N, D]): the output of :func:`scale_rows`.
+        lo (np.ndarray[D]): the training minimum (for the message).
+        hi (np.ndarray[D]): the training maximum (for the message).
+
+    Raises:
+        ValueError: ``|value| > MAX_SCALED_MAGNITUDE`` (or Inf / NaN) after scaling.
+    """
+    largest = float(scaled.abs().max()) if scaled.numel() else 0.0
+    if not largest <= MAX_SCALED_MAGNITUDE:
+        raise ValueError(
+            f"{owner}: {what} scale to values up to |{largest:.4g}| with the training rows' "
+            f"min-max statistics (min {float(lo.min()):.4g}, max {float(hi.max()):.4g}); "
+            f"their squares overflow float32 (|value| <= {MAX_SCALED_MAGNITUDE:.4g}), the "
+            "kernel layers' precision: bring the rows to the training data's units and range"
+        )
 
 
 class InputScaling(nn.Module):

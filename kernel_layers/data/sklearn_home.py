@@ -52,3 +52,17 @@ class SklearnHomeDataModule(ArrayDataModule):
     def _proportional_split(n: int, full: int, train: int) -> int:
         """Training rows: the paper's count on the full data, the same proportion else."""
         return train if n == full else round(n * train / full)
+
+    def _train_rows(self, n: int, full: int, train: int, source: str) -> int:
+        """:meth:`_proportional_split` of the ``n`` rows read from ``source``.
+
+        Raises:
+            ValueError: too few rows for a training and a test row (names ``source``).
+        """
+        n_train = self._proportional_split(n, full, train)
+        if n_train < 1 or n_train >= n:
+            raise ValueError(
+                f"{self._name}: {source} holds {n} row(s), too few for the train / test "
+                f"split ({train} of {full} rows train): at least one row each is needed"
+            )
+        return n_train

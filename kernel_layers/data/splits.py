@@ -4,7 +4,80 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_arrays", "split_seeds", "validation_split"]
+__all__ = [
+    "MAX_RAW_MAGNITUDE",
+    "REAL_KINDS",
+    "check_arrays",
+    "check_feature_values",
+    "check_label_values",
+    "split_seeds",
+    "validation_split",
+]
+
+#: NumPy dtype kinds of real numbers: bool, signed and unsigned integers, floats.
+REAL_KINDS = "biuf"
+#: Largest raw feature magnitude: the min-max scaling's span ``max - min`` of values up
+#: to this stays finite in float64 (``1e308`` and ``-1e308`` would span Inf, then NaN).
+MAX_RAW_MAGNITUDE = float(np.finfo(np.float64).max) / 2
+
+
+def check_feature_values(owner: str, what: str, x: np.ndarray) -> None:
+    """Raise unless ``x`` holds real, finite numbers within :data:`MAX_RAW_MAGNITUDE`.
+
+    Args:
+        owner: the data module's name for messages.
+        what: what ``x`` is, for messages (``"train features"``, ``"argument 'x_train'"``).
+        x (np.ndarray[N, ...]): raw features.
+
+    Raises:
+        TypeError: not a real dtype (complex, datetime, strings, objects).
+        ValueError: NaN / Inf, or a magnitude beyond :data:`MAX_RAW_MAGNITUDE`.
+    """
+    if x.dtype.kind not in REAL_KINDS:
+        raise TypeError(
+            f"{owner}: {what} must hold real numbers (bool, integer or float), got dtype {x.dtype}"
+        )
+    if x.size == 0 or x.dtype.kind in "biu":
+        return
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{owner}: {what} contain NaN or Inf")
+    largest = float(np.max(np.abs(x)))
+    if largest > MAX_RAW_MAGNITUDE:
+        raise ValueError(
+            f"{owner}: {what} must have |value| <= {MAX_RAW_MAGNITUDE:.4g} (the min-max "
+            f"scaling's span max - min overflows float64 beyond), got max |value| = "
+            f"{largest:.4g}"
+        )
+
+
+def check_label_values(owner: str, what: str, y: np.ndarray, num_classes: int | None) -> None:
+    """Raise unless ``y`` holds integers in ``[0, num_classes)`` (or ``>= 0`` when ``None``).
+
+    Args:
+        owner: the data module's name for messages.
+        what: what ``y`` is, for messages.
+        y (np.ndarray[N]): labels.
+        num_classes: number of classes, or ``None`` to check only for non-negative integers.
+
+    Raises:
+        TypeError: not a real dtype (strings, objects, complex, datetime).
+        ValueError: a label that is not an integer in range.
+    """
+    if y.dtype.kind not in REAL_KINDS:
+        raise TypeError(
+            f"{owner}: {what} must hold integer class indices, got dtype {y.dtype} (map "
+            "class names to 0..L-1 first, e.g. sklearn.preprocessing.LabelEncoder)"
+        )
+    if not y.size:
+        return
+    if y.dtype.kind == "b":
+        y = y.astype(np.int64)
+    high = np.inf if num_classes is None else num_classes
+    if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)) or y.min() < 0 or y.max() >= high:
+        expected = "integers >= 0" if num_classes is None else f"integers in [0, {num_classes})"
+        raise ValueError(
+            f"{owner}: {what} must be {expected}, got values in [{y.min()}, {y.max()}]"
+        )
 
 
 def split_seeds(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
@@ -30,10 +103,14 @@ def check_arrays(
         tuple: ``x (np.ndarray[N, D])`` and ``y (np.ndarray[N])`` as int64.
 
     Raises:
-        ValueError: a wrong width, labels of the wrong shape or range, or NaN / Inf features.
+        TypeError: features or labels that are not real numbers.
+        ValueError: no rows, a wrong width, labels of the wrong shape or range, or NaN /
+            Inf features or features beyond :data:`MAX_RAW_MAGNITUDE`.
     """
     x = np.asarray(x)
     y = np.asarray(y)
+    if len(x) == 0:
+        raise ValueError(f"{owner}: the {split} split holds no rows")
     x = x.reshape(len(x), -1)
     if x.shape[1] != in_features:
         raise ValueError(
@@ -41,18 +118,8 @@ def check_arrays(
         )
     if y.ndim != 1 or len(y) != len(x):
         raise ValueError(f"{owner}: {split} labels must have shape [{len(x)}], got {list(y.shape)}")
-    if len(y) and (
-        not np.all(np.isfinite(y))
-        or not np.all(y == np.round(y))
-        or y.min() < 0
-        or y.max() >= num_classes
-    ):
-        raise ValueError(
-            f"{owner}: {split} labels must be integers in [0, {num_classes}), "
-            f"got values in [{y.min()}, {y.max()}]"
-        )
-    if not np.issubdtype(x.dtype, np.integer) and not np.all(np.isfinite(x)):
-        raise ValueError(f"{owner}: {split} features contain NaN or Inf")
+    check_label_values(owner, f"{split} labels", y, num_classes)
+    check_feature_values(owner, f"{split} features", x)
     return x, y.astype(np.int64)
 
 

@@ -3,10 +3,26 @@
 Used to predict on new data (:meth:`ArrayDataModule.set_predict_source
 <kernel_layers.data.base.ArrayDataModule.set_predict_source>`); no code is ever executed
 while reading.
+
+CSV header rule: the first row is a header, and skipped, when one of its fields is not a
+number, or when its ``D >= 3`` fields are exactly ``0, 1, ..., D-1`` in order (written
+``0,1,2`` or ``0.0,1.0,2.0``): the column names ``pandas.DataFrame(x).to_csv(path,
+index=False)`` writes. A first data row that is exactly ``0, 1, ..., D-1`` is therefore
+read as a header: keep such data in a ``.npy`` file. With one or two columns such a first
+row (``0`` or ``0,1``) is as likely data as a header, and the file is refused: give it a
+text header (``x0,x1``) or none that looks like ``0,1``.
+
+Image range rule: a pixel ``v`` of an image file whose values run to ``M`` (``255`` for
+8-bit images, ``65535`` for 16-bit grayscale PNGs) becomes ``v * pixel_max / M`` in the
+training data's units (``pixel_max``: ``16`` for the digits, ``255`` for MNIST). Without
+a known ``pixel_max`` image folders are refused, and so are images with transparent pixels
+(their content may lie in the alpha channel) and image modes of unknown range.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,37 +30,50 @@ from pathlib import Path
 import numpy as np
 
 from kernel_layers.data.gzipped import read_text
+from kernel_layers.data.splits import REAL_KINDS
 
-__all__ = ["IMAGE_SUFFIXES", "read_feature_rows"]
+__all__ = ["IMAGE_SUFFIXES", "csv_rows", "read_feature_rows"]
 
+#: Fewest columns of a first row ``0, 1, ..., D-1`` taken for pandas' column names.
+MIN_NUMERIC_HEADER = 3
 #: Image files read by :func:`read_feature_rows` from a folder.
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+#: Largest pixel value of the 8-bit and 16-bit image modes that are read.
+_MODE_MAX = {"I;16": 65535.0, "I;16L": 65535.0, "I;16B": 65535.0, "I;16N": 65535.0}
+_EIGHT_BIT_MODES = ("1", "L", "P", "LA", "PA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB")
 
 
 def read_feature_rows(
-    path: str | os.PathLike[str], input_shape: Sequence[int], *, owner: str = "read_feature_rows"
+    path: str | os.PathLike[str],
+    input_shape: Sequence[int],
+    *,
+    owner: str = "read_feature_rows",
+    pixel_max: float | None = None,
 ) -> np.ndarray:
     """Raw feature rows from a user file or image folder (no code is ever executed).
 
     Args:
         path: ``.npy`` (read with ``allow_pickle=False``), ``.csv`` (comma-separated
-            numbers, an optional header row), or a folder of images (file-name order;
-            decoded as grayscale for one channel, RGB for three; each must be
-            ``input_shape``'s height x width).
+            numbers; a header row is skipped by the rule of this module's docstring), or
+            a folder of images (file-name order; decoded as grayscale for one channel, RGB
+            for three; each must be ``input_shape``'s height x width).
         input_shape: the shape of one sample, ``(D,)`` or ``(C, H, W)``.
         owner: the caller's name for messages.
+        pixel_max: the largest pixel value in the training data's units; an image folder
+            needs it (pixels are converted to those units), ``None`` refuses one.
 
     Returns:
-        np.ndarray[N, prod(input_shape)]: float64 rows in the file's units.
+        np.ndarray[N, prod(input_shape)]: float64 rows in the training data's units.
 
     Raises:
-        ValueError: an unsupported file type, an empty source, or rows of the wrong size
-            (the message names the file and both sizes).
+        ValueError: an unsupported file type, an empty source, rows of the wrong size
+            (the message names the file and both sizes), or an image that cannot be
+            converted to the training data's range.
     """
     source = Path(path)
     width = int(np.prod(input_shape))
     if source.is_dir():
-        rows = _read_image_folder(source, input_shape, owner)
+        rows = _read_image_folder(source, input_shape, owner, pixel_max)
     elif source.suffix == ".npy":
         try:
             rows = np.load(source, allow_pickle=False)
@@ -52,16 +81,12 @@ def read_feature_rows(
             raise ValueError(
                 f"{owner}: cannot read {str(source)!r} as a .npy array without pickles ({err})"
             ) from err
-    elif source.suffix == ".csv":
-        lines = [line for line in read_text(source).splitlines() if line.strip()]
-        if lines and not _is_numeric_row(lines[0]):
-            lines = lines[1:]  # a header row
-        try:
-            rows = np.array([[float(v) for v in line.split(",")] for line in lines])
-        except ValueError as err:
+        if rows.dtype.kind not in REAL_KINDS:
             raise ValueError(
-                f"{owner}: cannot read {str(source)!r} as comma-separated numbers ({err})"
-            ) from err
+                f"{owner}: {str(source)!r} must hold real numbers, got dtype {rows.dtype}"
+            )
+    elif source.suffix == ".csv":
+        rows = csv_rows(read_text(source), owner=owner, source=str(source))
     else:
         raise ValueError(
             f"{owner}: argument 'path' must be a .npy or .csv file or an image folder, "
@@ -81,37 +106,122 @@ def read_feature_rows(
     return rows
 
 
-def _is_numeric_row(line: str) -> bool:
+def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> np.ndarray:
+    """The numbers of a comma-separated text, its header row skipped (module docstring).
+
+    Args:
+        text: the file's text.
+        owner: the caller's name for messages.
+        source: the file's name for messages.
+
+    Returns:
+        np.ndarray[N, D]: float64 rows (``N = 0`` for a text without data rows).
+
+    Raises:
+        ValueError: a field that is not a number, rows of different lengths (the message
+            names the file and the line), or a first row ``0`` / ``0,1`` that may be a
+            header or data.
+    """
+    lines = [
+        (number, [field.strip() for field in fields])
+        for number, fields in enumerate(csv.reader(io.StringIO(text)), start=1)
+        if any(field.strip() for field in fields)
+    ]
+    if lines and _is_header(lines[0][1], owner, source):
+        lines = lines[1:]
+    rows = []
+    for number, fields in lines:
+        try:
+            rows.append([float(field) for field in fields])
+        except ValueError as err:
+            raise ValueError(
+                f"{owner}: cannot read {source!r} as comma-separated numbers: line {number} ({err})"
+            ) from err
+        if len(rows[-1]) != len(rows[0]):
+            raise ValueError(
+                f"{owner}: every row of {source!r} must have {len(rows[0])} values (its first "
+                f"data row's), line {number} has {len(rows[-1])}"
+            )
+    return np.array(rows, dtype=np.float64).reshape(len(rows), -1)
+
+
+def _is_header(fields: list[str], owner: str, source: str) -> bool:
+    """A first row is a header if a field is not a number, or if it is ``0, 1, ..., D-1``
+    with ``D >= 3`` (module docstring); with ``D < 3`` that row is ambiguous and refused."""
     try:
-        [float(v) for v in line.split(",")]
+        values = [float(field) for field in fields]
     except ValueError:
+        return True
+    if values != [float(i) for i in range(len(values))]:
         return False
+    if len(values) < MIN_NUMERIC_HEADER:
+        raise ValueError(
+            f"{owner}: the first row of {source!r} is {','.join(fields)}, which may be "
+            "pandas' column names or data: with fewer than "
+            f"{MIN_NUMERIC_HEADER} columns it cannot be told; write a text header (e.g. "
+            "x0,x1) or save the rows as .npy"
+        )
     return True
 
 
-def _read_image_folder(folder: Path, input_shape: Sequence[int], owner: str) -> np.ndarray:
-    from PIL import Image
-
+def _read_image_folder(
+    folder: Path, input_shape: Sequence[int], owner: str, pixel_max: float | None
+) -> np.ndarray:
     if len(input_shape) != 3 or input_shape[0] not in (1, 3):
         raise ValueError(
             f"{owner}: an image folder needs image data (sample shape (1 or 3, H, W)), "
             f"got sample shape {tuple(input_shape)}"
+        )
+    if pixel_max is None:
+        raise ValueError(
+            f"{owner}: cannot read the image folder {str(folder)!r}: the range of the "
+            "training data's pixels is unknown, so the images cannot be converted to it "
+            "(give TensorDataModule argument 'pixel_max', or pass the rows as a .npy file "
+            "in the training data's units)"
         )
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise ValueError(
             f"{owner}: the folder {str(folder)!r} holds no image ({list(IMAGE_SUFFIXES)})"
         )
-    mode = "L" if input_shape[0] == 1 else "RGB"
     images = []
     for file in files:
-        with Image.open(file) as opened:
-            pixels = np.asarray(opened.convert(mode))
-        image = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
-        if tuple(image.shape) != tuple(input_shape):
+        pixels, file_max = _decode_image(file, int(input_shape[0]), owner)
+        if tuple(pixels.shape) != tuple(input_shape):
             raise ValueError(
                 f"{owner}: image {str(file)!r} must have shape {tuple(input_shape)} "
-                f"(channels, height, width), got {tuple(image.shape)}"
+                f"(channels, height, width), got {tuple(pixels.shape)}"
             )
-        images.append(image)
-    return np.stack(images).astype(np.float64)
+        images.append(pixels * (pixel_max / file_max))
+    return np.stack(images)
+
+
+def _decode_image(file: Path, channels: int, owner: str) -> tuple[np.ndarray, float]:
+    """``(pixels np.ndarray[C, H, W] float64, the largest value of the file's mode)``."""
+    from PIL import Image
+
+    with Image.open(file) as opened:
+        opened.load()
+        mode = opened.mode
+        if mode in _MODE_MAX or (mode == "I" and opened.format == "PNG"):
+            # A 16-bit grayscale PNG (PIL names it "I;16" or, in older releases, "I").
+            gray = np.asarray(opened, dtype=np.float64)
+            pixels = np.repeat(gray[None], channels, axis=0)
+            return pixels, _MODE_MAX.get(mode, 65535.0)
+        if mode not in _EIGHT_BIT_MODES:
+            raise ValueError(
+                f"{owner}: image {str(file)!r} has mode {mode!r}, whose pixel range is "
+                "unknown; save it as an 8-bit or 16-bit grayscale or 8-bit RGB image"
+            )
+        if opened.has_transparency_data:
+            alpha = np.asarray(opened.convert("RGBA"))[..., 3]
+            if alpha.min() < 255:
+                raise ValueError(
+                    f"{owner}: image {str(file)!r} has transparent pixels (its alpha channel "
+                    "is not fully opaque), so its content may lie in the alpha channel, "
+                    "which is not read; flatten it onto its background and save it without "
+                    "transparency"
+                )
+        decoded = np.asarray(opened.convert("L" if channels == 1 else "RGB"), dtype=np.float64)
+    pixels = decoded[None] if decoded.ndim == 2 else decoded.transpose(2, 0, 1)
+    return pixels, 255.0

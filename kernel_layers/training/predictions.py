@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
-__all__ = ["OUTPUT_FORMATS", "PredictionWriter", "write_predictions"]
+__all__ = ["OUTPUT_FORMATS", "PredictionWriter", "check_not_an_input", "write_predictions"]
 
 #: File suffixes understood by :func:`write_predictions`.
 OUTPUT_FORMATS = (".csv", ".pt")
@@ -28,6 +29,40 @@ def _check_output(path: str | os.PathLike[str]) -> Path:
     if out.is_dir():
         raise ValueError(f"PredictionWriter: argument 'output' is a directory: {str(path)!r}")
     return out
+
+
+def check_not_an_input(
+    output: str | os.PathLike[str],
+    inputs: Iterable[str | os.PathLike[str] | None],
+    *,
+    owner: str = "PredictionWriter",
+    name: str = "output",
+) -> None:
+    """Refuse an output file that is one of the inputs (the same file once links resolve).
+
+    Args:
+        output: the predictions' file.
+        inputs: the files the run reads (the rows predicted, the checkpoint); ``None``
+            entries and folders are skipped.
+        owner: the caller's name for messages.
+        name: the output argument's name for messages.
+
+    Raises:
+        ValueError: ``output`` is one of ``inputs``: writing it would destroy that input.
+    """
+    out = Path(output)
+    for source in inputs:
+        if source is None or not Path(source).is_file():
+            continue
+        same = out.resolve() == Path(source).resolve() or (
+            out.exists() and os.path.samefile(out, source)
+        )
+        if same:
+            raise ValueError(
+                f"{owner}: argument {name!r} {str(output)!r} is the input file "
+                f"{str(source)!r}; writing the predictions would overwrite it (choose "
+                "another output file)"
+            )
 
 
 def write_predictions(
@@ -95,6 +130,11 @@ class PredictionWriter(BasePredictionWriter):
         self.output = _check_output(output)
         self.scores = bool(scores)
         self.path: Path | None = None
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Refuse an output that is the predicted file or the checkpoint, before any batch."""
+        source = getattr(getattr(trainer, "datamodule", None), "predict_path", None)
+        check_not_an_input(self.output, [source, trainer.ckpt_path])
 
     def write_on_epoch_end(
         self,

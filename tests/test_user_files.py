@@ -1,0 +1,140 @@
+"""A user's files for ``predict``: CSV headers (the pandas layout) and image folders
+converted to the training data's pixel range (8-bit, 16-bit, transparency)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from kernel_layers.data import DigitsDataModule, TensorDataModule
+from kernel_layers.data.user_files import csv_rows, read_feature_rows
+
+
+def _write_csv(path: Path, header: list[str] | None, rows: np.ndarray) -> None:
+    """What ``pandas.DataFrame(rows).to_csv(path, index=False)`` writes, via the stdlib."""
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        if header is not None:
+            writer.writerow(header)
+        writer.writerows(rows.tolist())
+
+
+# ------------------------------------------------------------------ CSV header rule
+@pytest.mark.parametrize(
+    "header",
+    [
+        [str(i) for i in range(6)],  # pandas' RangeIndex column names
+        [f"{float(i)}" for i in range(6)],  # float column names
+        ["a", "b", "c", "d", "e", "f"],
+        None,
+    ],
+    ids=["int-names", "float-names", "text", "none"],
+)
+def test_csv_header_of_pandas_is_skipped(tmp_path: Path, header) -> None:
+    rows = np.random.default_rng(0).integers(0, 17, (5, 6)).astype(np.float64)
+    _write_csv(tmp_path / "in.csv", header, rows)
+    got = read_feature_rows(tmp_path / "in.csv", (6,))
+    np.testing.assert_array_equal(got, rows)  # 5 rows, none shifted
+
+
+def test_csv_first_row_that_is_not_0_to_d_minus_1_is_data(tmp_path: Path) -> None:
+    rows = np.array([[1.0, 2.0, 3.0], [0.0, 1.0, 3.0], [0.0, 1.0, 2.0]])  # last: 0..D-1
+    _write_csv(tmp_path / "in.csv", None, rows)
+    np.testing.assert_array_equal(read_feature_rows(tmp_path / "in.csv", (3,)), rows)
+    # The documented ambiguity: a first data row 0, 1, ..., D-1 is read as a header.
+    _write_csv(tmp_path / "in.csv", None, rows[::-1])
+    np.testing.assert_array_equal(read_feature_rows(tmp_path / "in.csv", (3,)), rows[1::-1])
+
+
+@pytest.mark.parametrize("first", ["0", "0,1", "0.0,1.0"])
+def test_csv_first_row_0_to_d_minus_1_with_fewer_than_3_columns_is_refused(first: str) -> None:
+    width = first.count(",") + 1
+    text = first + "\n" + "\n".join([",".join(["5"] * width)] * 3) + "\n"
+    with pytest.raises(
+        ValueError,
+        match=rf"csv_rows: the first row of 'f.csv' is {first}, which may be pandas' column "
+        r"names or data: with fewer than 3 columns it cannot be told",
+    ):
+        csv_rows(text, source="f.csv")
+    np.testing.assert_array_equal(
+        csv_rows("x0,x1\n0,1\n" if width == 2 else "x\n0\n"), [[0.0, 1.0][:width]]
+    )
+
+
+def test_csv_rows_name_the_bad_line() -> None:
+    with pytest.raises(ValueError, match=r"cannot read 'f.csv' as comma-separated numbers: line 3"):
+        csv_rows("0,2\n1,2\n3,x\n", source="f.csv")
+    with pytest.raises(ValueError, match=r"every row of 'f.csv' must have 2 values .*line 3 has 3"):
+        csv_rows("a,b\n1,2\n3,4,5\n", source="f.csv")
+
+
+# ------------------------------------------------------------------ image folders
+def _digits_as_png(folder: Path, raw: np.ndarray) -> np.ndarray:
+    """Ordinary 8-bit PNGs (0..255) of digits rows (0..16); returns the stored bytes."""
+    folder.mkdir()
+    pixels = np.round(raw * (255 / 16)).astype(np.uint8)
+    for i, row in enumerate(pixels):
+        Image.fromarray(row.reshape(8, 8), mode="L").save(folder / f"{i:02d}.png")
+    return pixels.astype(np.float64)
+
+
+def test_an_8_bit_png_folder_is_converted_to_the_digits_range(tmp_path: Path) -> None:
+    from sklearn.datasets import load_digits
+
+    raw = load_digits().data[:6]
+    stored = _digits_as_png(tmp_path / "images", raw)
+    got = read_feature_rows(tmp_path / "images", (1, 8, 8), pixel_max=16.0)
+    np.testing.assert_array_equal(got, stored * (16.0 / 255.0))
+    assert np.abs(got - raw).max() <= 16 / 255 / 2 + 1e-12  # within half a grey level
+    dm = DigitsDataModule(batch_size=400)
+    dm.set_predict_source(path=tmp_path / "images")
+    served = torch.cat([b[0] for b in dm.predict_dataloader()])
+    torch.testing.assert_close(served, dm.transform(stored * (16.0 / 255.0)), rtol=0, atol=0)
+    assert float(served.max()) <= 1.0 + 1e-6  # not 255 / 16 times the training range
+
+
+def test_a_16_bit_png_is_converted_by_its_own_range(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    values = np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000
+    image = Image.fromarray(values)
+    assert image.mode.startswith("I")
+    image.save(folder / "a.png")
+    got = read_feature_rows(folder, (1, 8, 8), pixel_max=16.0)
+    np.testing.assert_allclose(got[0], values.ravel() * (16.0 / 65535.0), rtol=1e-15)
+
+
+def test_content_only_in_the_alpha_channel_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rgba = np.zeros((8, 8, 4), dtype=np.uint8)
+    rgba[2:6, 3:5, 3] = 255  # a glyph drawn only in alpha, RGB all black
+    Image.fromarray(rgba, mode="RGBA").save(folder / "a.png")
+    with pytest.raises(ValueError, match=r"image '.*a.png' has transparent pixels"):
+        read_feature_rows(folder, (1, 8, 8), pixel_max=16.0)
+    rgba[..., 3] = 255  # fully opaque: alpha carries nothing, accepted
+    rgba[..., :3] = 51
+    Image.fromarray(rgba, mode="RGBA").save(folder / "a.png")
+    got = read_feature_rows(folder, (1, 8, 8), pixel_max=255.0)
+    np.testing.assert_array_equal(got, np.full((1, 64), 51.0))
+
+
+def test_an_image_folder_is_refused_when_the_pixel_range_is_unknown(tmp_path: Path) -> None:
+    raw = np.random.default_rng(0).integers(0, 256, (40, 1, 8, 8)).astype(np.float64)
+    stored = _digits_as_png(tmp_path / "images", raw[:3, 0].reshape(3, 64) * 16 / 255)
+    labels = np.arange(40) % 2
+    dm = TensorDataModule(raw[:30], labels[:30], raw[30:], labels[30:], val_fraction=0.0)
+    dm.set_predict_source(path=tmp_path / "images")
+    with pytest.raises(ValueError, match=r"the range of the training data's pixels is unknown"):
+        dm.predict_dataloader()
+    dm = TensorDataModule(
+        raw[:30], labels[:30], raw[30:], labels[30:], val_fraction=0.0, pixel_max=255
+    )
+    dm.set_predict_source(path=tmp_path / "images")
+    served = torch.cat([b[0] for b in dm.predict_dataloader()])
+    torch.testing.assert_close(served, dm.transform(stored.reshape(3, 1, 8, 8)), rtol=0, atol=0)
