@@ -25,14 +25,26 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+#: The ``kernel_layers`` logger as the tests start (handlers, level, propagation).
+_PACKAGE_LOGGER = logging.getLogger("kernel_layers")
+_LOGGER_AT_START = (
+    list(_PACKAGE_LOGGER.handlers),
+    _PACKAGE_LOGGER.level,
+    _PACKAGE_LOGGER.propagate,
+)
+
+
 @pytest.fixture(autouse=True)
 def _restore_package_logger() -> Iterator[None]:
-    """Undo what an in-process CLI run does to the ``kernel_layers`` logger (its own
-    handler, no propagation), so later tests' ``caplog`` still sees the records."""
-    package = logging.getLogger("kernel_layers")
-    saved = (list(package.handlers), package.level, package.propagate)
+    """Undo what an in-process CLI run (in a test or a module-scoped fixture) does to the
+    ``kernel_layers`` logger (its own handler, no propagation), so that every test's
+    ``caplog`` sees the package's records."""
+    handlers, level, propagate = _LOGGER_AT_START
+    _PACKAGE_LOGGER.handlers[:], _PACKAGE_LOGGER.level = handlers, level
+    _PACKAGE_LOGGER.propagate = propagate
     yield
-    package.handlers[:], package.level, package.propagate = saved
+    _PACKAGE_LOGGER.handlers[:], _PACKAGE_LOGGER.level = handlers, level
+    _PACKAGE_LOGGER.propagate = propagate
 
 
 #: The devices the behavioural tests run on: the CPU always, CUDA where a GPU exists (the
