@@ -29,10 +29,12 @@ __all__ = [
     "check_finite",
     "check_fraction",
     "check_int",
+    "check_labels",
     "check_matrix",
     "check_nonnegative",
     "check_positive",
     "check_real",
+    "check_torch_device",
     "is_compiling",
     "raise_not_scriptable",
 ]
@@ -370,3 +372,96 @@ def check_dtype(owner: str, name: str, x: Tensor, dtype: torch.dtype) -> Tensor:
         f"{owner}: argument '{name}' must have the layer's dtype {dtype} (or float16 / "
         f"bfloat16, cast up), got {x.dtype}; cast the input or call layer.to({x.dtype})"
     )
+
+
+def check_labels(owner: str, name: str, labels: object, num_classes: int) -> Tensor:
+    """Check class labels: an integer ``Tensor[B]`` with values in ``[0, num_classes)``.
+
+    Under deferred checks (:func:`~kernel_layers.numerics.deferred.deferred_checks`) the
+    range is recorded on the device instead of read, and the labels returned are clamped
+    into range, so that no indexing with them fails before the report.
+
+    Args:
+        owner: the layer or function name used in messages.
+        name: the argument name used in messages.
+        labels (Tensor[B]): the labels.
+        num_classes: the number of classes ``L``.
+
+    Returns:
+        Tensor[B]: ``labels`` (clamped into range under deferred checks).
+
+    Raises:
+        TypeError: ``labels`` is not a tensor of an integer dtype (float, bool, complex).
+        ValueError: ``labels`` is not 1-D, or a label is outside ``[0, num_classes)``
+            (the message names the first such label).
+    """
+    expected = f"integer labels in [0, num_classes={num_classes})"
+    if not isinstance(labels, Tensor):
+        raise TypeError(
+            f"{owner}: argument '{name}' must be a tensor of {expected}, "
+            f"got {type(labels).__name__}"
+        )
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise TypeError(
+            f"{owner}: argument '{name}' must be {expected}, got dtype {labels.dtype} "
+            "(convert the labels with .long() where they are whole numbers)"
+        )
+    if labels.ndim != 1:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be {expected} of shape [B], "
+            f"got shape {list(labels.shape)}"
+        )
+    if labels.numel() == 0 or is_compiling():
+        return labels
+    outside = (labels < 0) | (labels >= num_classes)
+    checks = active_checks()
+    if checks is not None:  # recorded on the device, read later (no host sync)
+        checks.record(
+            ValueError,
+            f"{owner}: argument '{name}' must be labels in [0, num_classes={num_classes}), "
+            "and a batch's were not",
+            outside.any(),
+        )
+        return labels.clamp(0, num_classes - 1)
+    if bool(outside.any()):
+        first = int(labels[outside][0])
+        raise ValueError(
+            f"{owner}: argument '{name}' must be labels in [0, num_classes={num_classes}), "
+            f"got {first} ({int(outside.sum())} of {labels.numel()} labels out of range)"
+        )
+    return labels
+
+
+def check_torch_device(owner: str, name: str, value: object) -> torch.device:
+    """Return ``value`` as a ``torch.device`` this machine has, else raise.
+
+    Args:
+        owner: the estimator or function name used in messages.
+        name: the argument name used in messages.
+        value: a device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...) or a
+            ``torch.device``.
+
+    Raises:
+        TypeError: ``value`` is neither a string nor a ``torch.device``.
+        ValueError: ``value`` names no device type, or one this machine does not have.
+    """
+    if not isinstance(value, str | torch.device):
+        raise TypeError(
+            f"{owner}: argument '{name}' must be a device string such as 'cpu' or 'cuda', "
+            f"or a torch.device, got {value!r}"
+        )
+    try:
+        device = torch.device(value)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be a device such as 'cpu', 'cuda' or "
+            f"'cuda:1', got {value!r}"
+        ) from err
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as err:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be a device this machine has, got {value!r} "
+            f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        ) from err
+    return device

@@ -590,3 +590,86 @@ def test_predictions_are_never_written_over_an_input(tmp_path) -> None:
             check_not_an_input(output, [None, source])
     check_not_an_input(tmp_path / "out.csv", [source, tmp_path])  # another file: fine
     assert source.read_text() == "1,2,3\n"
+
+
+# ---------------------------------------------------------------- issue 53: training, scikit-learn
+def _issue53_training_cases() -> list[Any]:
+    from kernel_layers._validation import check_labels, check_torch_device
+    from kernel_layers.sklearn import DIClassifier, DIFeatures
+
+    digits_x = np.random.default_rng(0).random((60, 4))
+    digits_y = np.arange(60) % 3
+
+    def step(objective: str, labels: torch.Tensor) -> Callable[[], Any]:
+        def call() -> Any:
+            model = KernelClassifier(FourierLayer(4, 8, seed=0), num_classes=3, objective=objective)
+            return model.training_step((X, labels), 0)
+
+        return call
+
+    def fit(cls: type, **params: Any) -> Callable[[], Any]:
+        return lambda: cls(n_components=8, max_epochs=1, **params).fit(digits_x, digits_y)
+
+    out_of_range, negative = Y.clone(), Y.clone()
+    out_of_range[5], negative[5] = 3, -1
+    cases = []
+    for objective in ("di", "ls", "ce"):
+        for label, labels, error in [
+            ("label 3 of 3 classes", out_of_range, ValueError),
+            ("label -1", negative, ValueError),
+            ("float labels", Y.float(), TypeError),
+            ("2-D labels", Y[:, None], ValueError),
+        ]:
+            cases.append(
+                (f"training_step[{objective}]-{label}", step(objective, labels), error, "y")
+            )
+    for cls in (DIFeatures, DIClassifier):
+        name = cls.__name__
+        cases += [
+            (f"{name}-random_state=-1", fit(cls, random_state=-1), ValueError, "random_state"),
+            (
+                f"{name}-random_state=2**32",
+                fit(cls, random_state=2**32),
+                ValueError,
+                "random_state",
+            ),
+            (f"{name}-random_state='0'", fit(cls, random_state="0"), TypeError, "random_state"),
+            (f"{name}-random_state=0.5", fit(cls, random_state=0.5), TypeError, "random_state"),
+            (f"{name}-device='bogus'", fit(cls, device="bogus"), ValueError, "device"),
+            (f"{name}-device=None", fit(cls, device=None), TypeError, "device"),
+            (f"{name}-batch_size=8", fit(cls, batch_size=8), ValueError, "batch_size"),
+            (f"{name}-batch_size=4", fit(cls, batch_size=4), ValueError, "batch_size"),
+        ]
+    cases += [
+        (
+            "RidgeHead.update-label 3",
+            lambda: RidgeHead(4, 3).update(X, out_of_range),
+            ValueError,
+            "targets",
+        ),
+        (
+            "RidgeHead.update-float [B]",
+            lambda: RidgeHead(4, 3).update(X, Y.float()),
+            TypeError,
+            "targets",
+        ),
+        ("check_labels-list", lambda: check_labels("f", "y", [0, 1], 3), TypeError, "y"),
+        ("check_labels-bool", lambda: check_labels("f", "y", Y > 0, 3), TypeError, "y"),
+        (
+            "check_torch_device-'gpu0'",
+            lambda: check_torch_device("f", "device", "gpu0"),
+            ValueError,
+            "device",
+        ),
+    ]
+    return [pytest.param(call, error, argument, id=name) for name, call, error, argument in cases]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(("call", "error", "argument"), _issue53_training_cases())
+def test_issue53_training_and_estimator_inputs(
+    call: Callable[[], Any], error: type[Exception], argument: str
+) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert f"argument '{argument}'" in str(info.value), str(info.value)

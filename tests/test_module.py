@@ -501,3 +501,157 @@ def test_bf16_mixed_precision_trains_and_tests(
     assert all(np.isfinite(record.values)) and record.values[-1] > record.values[0]
     assert model.kernel_layer.landmarks.dtype == torch.float32
     assert _fitted_accuracy(make_trainer, model, dm) > 0.5  # chance: 0.25
+
+
+# ------------------------------------------------------------------ bad batches, short batches
+def _loader(x: np.ndarray, y: np.ndarray, batch_size: int = 300) -> torch.utils.data.DataLoader:
+    dataset = torch.utils.data.TensorDataset(
+        torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.long)
+    )
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size)
+
+
+def _rows(n: int = 1200, classes: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    x, y = make_classification(
+        n_samples=n,
+        n_features=10,
+        n_informative=6,
+        n_redundant=0,
+        n_classes=classes,
+        random_state=0,
+    )
+    return (x - x.min(0)) / (x.max(0) - x.min(0)), y
+
+
+def test_a_short_last_batch_is_skipped_with_one_warning_not_called_divergence(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    x, y = make_classification(
+        n_samples=1612,
+        n_features=10,
+        n_informative=6,
+        n_redundant=0,
+        n_classes=4,
+        random_state=0,
+    )  # 1212 training rows: 4 batches of 300 and a last one of 12 < J = 24
+    dm = TensorDataModule(
+        x[:1212], y[:1212], x[1212:], y[1212:], batch_size=300, val_fraction=0.0, drop_last=False
+    )
+    model = KernelClassifier(FourierLayer(10, 24, gamma=0.5, seed=0), num_classes=4, lr=0.01)
+    trainer = make_trainer(max_epochs=3)
+    with pytest.warns(UserWarning, match="short batch") as record:
+        trainer.fit(model, dm)
+    short = [w for w in record if "short batch" in str(w.message)]
+    assert len(short) == 1  # once per fit, not once per epoch
+    message = str(short[0].message)
+    assert "12 rows" in message and "J=24" in message and "drop_last=True" in message
+    assert not any("diverged" in str(w.message) for w in record)
+    assert model.stop_reason is None and trainer.current_epoch == 3  # all epochs ran
+    assert model.short_batches_skipped == 3  # the 12 rows of each epoch
+    assert int(model.di_epoch_rows) == 1200  # the epoch's DI: the full batches only
+
+
+def test_a_batch_too_small_for_di_that_is_not_the_last_is_refused(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    x, y = _rows()
+    model = KernelClassifier(FourierLayer(10, 24, gamma=0.5, seed=0), num_classes=4)
+    with pytest.raises(ValueError, match=r"J=24, got a batch of 20 rows.*training batch 0"):
+        make_trainer(max_epochs=1).fit(model, _loader(x, y, batch_size=20))
+
+
+@pytest.mark.parametrize("objective", ["di", "ls", "ce"])
+def test_a_bad_label_in_a_later_batch_is_an_error_naming_the_batch(
+    make_trainer: Callable[..., L.Trainer], objective: str
+) -> None:
+    x, y = _rows()
+    y[700] = 7  # batch 2 of a user's DataLoader; 4 classes
+    model = KernelClassifier(
+        FourierLayer(10, 24, gamma=0.5, seed=0), num_classes=4, objective=objective, lr=0.01
+    )
+    # "ls" first fits its read-out in a pass over the training rows: that pass names it.
+    where = "read-out fit batch 2" if objective == "ls" else "training batch 2 of epoch 0"
+    with pytest.raises(ValueError, match=rf"num_classes=4\), got 7 .*\(in {where}\)"):
+        make_trainer(max_epochs=1).fit(model, _loader(x, y))
+    assert model.stop_reason is None  # not reported as divergence
+
+
+@pytest.mark.parametrize("objective", ["di", "ce"])
+def test_a_negative_label_is_a_clear_error(
+    make_trainer: Callable[..., L.Trainer], objective: str
+) -> None:
+    x, y = _rows()
+    y[5] = -1
+    model = KernelClassifier(FourierLayer(10, 24, seed=0), num_classes=4, objective=objective)
+    with pytest.raises(ValueError, match=r"num_classes=4.*got -1.*training batch 0"):
+        make_trainer(max_epochs=1).fit(model, _loader(x, y))
+
+
+def test_float_labels_are_refused_by_name(make_trainer: Callable[..., L.Trainer]) -> None:
+    x, y = _rows()
+    dataset = torch.utils.data.TensorDataset(
+        torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32) + 0.5
+    )
+    model = KernelClassifier(FourierLayer(10, 24, seed=0), num_classes=4, objective="ce")
+    with pytest.raises(TypeError, match=r"argument 'y' must be integer labels.*float32"):
+        make_trainer(max_epochs=1).fit(model, torch.utils.data.DataLoader(dataset, 300))
+
+
+@pytest.mark.parametrize("objective", ["di", "ce"])
+def test_a_nan_in_a_later_batch_is_an_error_naming_the_batch(
+    make_trainer: Callable[..., L.Trainer], objective: str
+) -> None:
+    x, y = _rows()
+    x[950, 3] = np.nan  # batch 3
+    model = KernelClassifier(
+        FourierLayer(10, 24, gamma=0.5, seed=0), num_classes=4, objective=objective, lr=0.01
+    )
+    with pytest.raises(ValueError, match=r"must be finite.*training batch 3 of epoch 0"):
+        make_trainer(max_epochs=1).fit(model, _loader(x, y))
+    assert model.stop_reason is None
+
+
+class _BlowUp(nn.Module):
+    """A backbone whose output turns non-finite from its third training call (a diverged
+    backbone; the parameters the guard restores do not undo it, so eval mode does)."""
+
+    out_features = 10
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(10))
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        blown = self.training and self.calls >= 3  # the read-out's passes run in eval mode
+        return x * self.scale * (float("inf") if blown else 1.0)
+
+
+def test_a_backbone_whose_output_explodes_is_divergence(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    x, y = _rows()
+    model = KernelClassifier(
+        FourierLayer(10, 24, gamma=0.5, seed=0), num_classes=4, backbone=_BlowUp(), lr=0.01
+    )
+    trainer = make_trainer(max_epochs=3)
+    with pytest.warns(UserWarning, match=r"training diverged at epoch 0, batch 2: .*backbone"):
+        trainer.fit(model, _loader(x, y))
+    assert model.stop_reason is not None and trainer.current_epoch == 1
+
+
+def test_test_accuracy_refuses_labels_out_of_range(make_trainer: Callable[..., L.Trainer]) -> None:
+    x, y = _rows()
+    model = KernelClassifier(FourierLayer(10, 24, gamma=0.5, seed=0), num_classes=4)
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(model, _loader(x, y))
+    y_test = y[:200].copy()
+    y_test[150] = 9
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'y' must be labels in \[0, num_classes=4\), "
+        r"got 9.*test batch 1",
+    ):
+        trainer.test(model, _loader(x[:200], y_test, batch_size=100))
+    trainer.test(model, _loader(x[:200], y[:200], batch_size=100))  # in range: fine

@@ -381,3 +381,28 @@ def test_prediction_writer_never_overwrites_the_predicted_file(
     finally:
         dm.set_predict_source("test")
     assert source.read_bytes() == before
+
+
+def test_exported_model_flags_a_non_finite_row_with_class_minus_one(
+    fitted: tuple[KernelClassifier, TensorDataModule, L.Trainer], tmp_path
+) -> None:
+    from kernel_layers.training.export import export_onnx
+
+    model, dm, _ = fitted
+    predictor = model.predictor(dm)
+    raw_test = torch.from_numpy(_digits()[2][:16]).clone()
+    want = predictor(raw_test)[0].numpy()
+    export_onnx(predictor, tmp_path / "m.onnx", raw_test)
+    bad = raw_test.clone()
+    bad[3, 10] = float("nan")
+    bad[7, 0] = float("inf")
+    bad[11] = float("-inf")
+    classes, _ = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": bad.numpy()})
+    flagged = np.array([3, 7, 11])
+    assert (classes[flagged] == -1).all()  # no class (never class 0) for such a row
+    keep = np.setdiff1d(np.arange(16), flagged)
+    np.testing.assert_array_equal(classes[keep], want[keep])
+    assert (want >= 0).all()  # finite rows are never flagged
+    # In PyTorch the same rows are refused by name before anything is computed.
+    with pytest.raises(ValueError, match=r"argument 'x' must be finite"):
+        predictor(bad)

@@ -76,3 +76,81 @@ def test_bad_parameters_are_named_at_fit(params, error, match) -> None:
     x, y = load_digits(return_X_y=True)
     with pytest.raises(error, match="DIFeatures: " + match):
         DIFeatures(**params).fit(x[:50], y[:50])
+
+
+# ------------------------------------------------------------------ small data, parameters
+def _digits(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    x, y = load_digits(return_X_y=True)
+    return x[:rows] / 16.0, y[:rows]
+
+
+@pytest.mark.parametrize("map_", ["nystrom", "fourier"])
+def test_small_data_gets_a_j_and_batch_that_train_and_says_so(map_: str) -> None:
+    x, y = _digits(50)
+    classes = len(np.unique(y))
+    with pytest.warns(
+        UserWarning,
+        match=r"DIFeatures: n_components=100 with a batch of 50 rows: DI saturates .*"
+        r"n_components_=25 and batch_size_=50 are used",
+    ):
+        fitted = DIFeatures(100, map=map_, gamma=0.05, max_epochs=30, random_state=0).fit(x, y)
+    assert fitted.n_components_ == 25 and fitted.batch_size_ == 50
+    assert fitted.transform(x).shape == (50, 25)
+    history = fitted.di_history_
+    assert history[0] < classes - 1 - 0.5  # not saturated at L - 1 from the start
+    assert history[-1] > history[0] + 0.1  # training moves DI ...
+    start = DIFeatures(25, map=map_, gamma=0.05, max_epochs=0, random_state=0).fit(x, y)
+    assert not np.allclose(fitted.transform(x), start.transform(x))  # ... and the map
+
+
+def test_enough_data_keeps_the_requested_j_without_a_warning() -> None:
+    x, y = _digits(400)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = DIFeatures(100, gamma=0.05, max_epochs=1, random_state=0).fit(x, y)
+    assert fitted.n_components_ == 100 and fitted.batch_size_ == 400
+
+
+def test_a_batch_not_larger_than_j_is_refused_like_kernel_classifier() -> None:
+    x, y = _digits(200)
+    with pytest.raises(
+        ValueError,
+        match=r"DIFeatures: argument 'batch_size' must be larger than n_components=30 "
+        r"\(DI saturates when batch_size <= n_components\), got 20",
+    ):
+        DIFeatures(30, batch_size=20).fit(x, y)
+    DIFeatures(30, batch_size=40, max_epochs=1).fit(x, y)  # larger than J: fine
+
+
+def test_a_numpy_random_state_is_accepted_as_scikit_learn_does() -> None:
+    x, y = _digits(300)
+    common = {"n_components": 20, "max_epochs": 2}
+    by_int = DIFeatures(random_state=0, **common).fit(x, y).transform(x)
+    by_state = DIFeatures(random_state=np.random.RandomState(0), **common).fit(x, y).transform(x)
+    np.testing.assert_array_equal(by_state, by_int)
+    DIClassifier(random_state=np.random.RandomState(0), **common).fit(x, y)
+
+
+@pytest.mark.parametrize("cls", [DIFeatures, DIClassifier])
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        (
+            {"random_state": -1},
+            ValueError,
+            r"argument 'random_state' must be None, an integer in \[0, 2\*\*32 - 1\] or a "
+            r"numpy RandomState, got -1",
+        ),
+        ({"random_state": "seed"}, TypeError, r"argument 'random_state' must be None, .*'seed'"),
+        ({"device": "bogus"}, ValueError, r"argument 'device' must be a device .*'bogus'"),
+        ({"device": 3}, TypeError, r"argument 'device' must be a device string .*got 3"),
+    ],
+)
+def test_random_state_and_device_are_checked_at_fit(cls, params, error, match) -> None:
+    estimator = cls(**params)  # __init__ only stores (scikit-learn's convention)
+    assert all(estimator.get_params()[key] is value for key, value in params.items())
+    x, y = _digits(100)
+    with pytest.raises(error, match=f"{cls.__name__}: " + match):
+        estimator.fit(x, y)

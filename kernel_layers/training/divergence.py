@@ -1,13 +1,15 @@
 """The divergence guard: undo an optimiser step that made the training diverge, and stop.
 
 A step diverges when it makes a parameter non-finite or so large that the kernel's
-squared distances overflow, or when the objective fails or is non-finite after it (too
-large a learning rate). :class:`DivergenceGuard` keeps the parameters from before the
-last step, puts them back and stops the fit with the reason (warned, and kept in
-``stop_reason``), so the checkpoints written as the fit stops hold the last good
-parameters. With deferred checks (on a GPU by default, or ``check_every="epoch"``:
-:class:`~kernel_layers.training.deferred.EpochChecks`) the failures are recorded on the
-device instead and what is restored is the epoch's start.
+squared distances overflow, or when the objective (or a backbone's output, on finite
+inputs) is non-finite after it (too large a learning rate), and in no other case: what is
+wrong with a batch itself is an error that names the batch
+(:mod:`~kernel_layers.training.batch_checks`). :class:`DivergenceGuard` keeps the
+parameters from before the last step, puts them back and stops the fit with the reason
+(warned, and kept in ``stop_reason``), so the checkpoints written as the fit stops hold
+the last good parameters. With deferred checks (on a GPU by default, or
+``check_every="epoch"``: :class:`~kernel_layers.training.deferred.EpochChecks`) the
+failures are recorded on the device instead and what is restored is the epoch's start.
 """
 
 from __future__ import annotations
@@ -84,19 +86,35 @@ class DivergenceGuard:
         rank_zero_warn(self.stop_reason)
         module.trainer.should_stop = True
 
-    def objective_failed(
-        self, module: LightningModule, err: Exception, batch_idx: int, world_size: int
-    ) -> None:
-        """The training step raised ``err``: stop if a step of ours came before it.
+    def check_embedding(
+        self, module: LightningModule, x: Tensor, h: Tensor, batch_idx: int, world_size: int
+    ) -> bool:
+        """Whether the training step may go on with the backbone's output ``h
+        (Tensor[B, D])`` of the batch ``x (Tensor[B, ...])``: a non-finite ``h`` from a
+        finite ``x`` after a step of ours is a diverged backbone, which stops the fit
+        (recorded for the epoch's end with deferred checks). Anything else is left to the
+        kernel layer's input check: a non-finite ``x`` is bad data, not divergence.
 
         Raises:
-            Exception: ``err`` again when no step came before (bad data) or under DDP
-                (stopping one process alone would leave the others waiting).
+            FloatingPointError: a diverged backbone under DDP.
         """
-        if self.saved is None or world_size > 1:
-            raise err
-        where = None if self.deferred is not None else batch_idx
-        self.stop(module, f"the objective failed after it ({err})", where)
+        if torch.compiler.is_compiling() or x.numel() == 0 or h.numel() == 0:
+            return True
+        if self.saved is None:  # no step of ours came before: not a divergence
+            return True
+        exploded = torch.isfinite(x.detach()).all() & ~torch.isfinite(h.detach()).all()
+        what = "the backbone's output is non-finite on finite inputs"
+        if self.deferred is not None:
+            self.deferred.record(FloatingPointError, what, exploded)
+            return True
+        if not bool(exploded):
+            return True
+        if world_size > 1:  # stopping one process alone would hang the others
+            raise FloatingPointError(
+                f"{self.owner}: {what} at epoch {module.current_epoch}, batch {batch_idx}"
+            )
+        self.stop(module, what, batch_idx)
+        return False
 
     def check_objective(
         self, module: LightningModule, loss: Tensor, batch_idx: int, world_size: int

@@ -54,6 +54,10 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
     """Export ``predictor`` to ``path`` (input ``x``, outputs ``classes`` and ``scores``,
     any batch size) and run the file in onnxruntime on ``example``.
 
+    The exported graph checks no inputs: a row with a NaN or infinite input (or score)
+    gets class ``-1`` (:data:`~kernel_layers.training.predictor.NO_CLASS`), never a real
+    class; a consumer tests ``classes >= 0`` before using a class.
+
     The file is written to a temporary name and renamed into place, so an interrupted
     export never leaves a truncated file (an existing file is replaced only by a complete
     one).

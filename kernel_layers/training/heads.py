@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from kernel_layers._validation import check_int, check_matrix, check_positive
+from kernel_layers._validation import check_int, check_labels, check_matrix, check_positive
 from kernel_layers.numerics.linalg import robust_cholesky
 from kernel_layers.numerics.precision import SOLVE_DTYPE
 from kernel_layers.objectives.statistics import DIStatistics, di_statistics, merge_statistics
@@ -85,12 +85,18 @@ class RidgeHead(nn.Module):
         Args:
             features (Tensor[B, J]): features.
             targets (Tensor[B]): integer labels in ``[0, L)``, or a float matrix ``[B, L]``.
+
+        Raises:
+            TypeError: labels that are not integers (a float ``[B]``).
+            ValueError: a label outside ``[0, L)``, or features of the wrong shape or
+                non-finite.
         """
         check_matrix(type(self).__name__, "features", features, width=self.in_features)
-        if targets.is_floating_point():
+        if targets.is_floating_point() and targets.ndim == 2:
             y = targets
         else:
-            y = nn.functional.one_hot(targets.long(), self.num_outputs)
+            labels = check_labels(type(self).__name__, "targets", targets, self.num_outputs)
+            y = nn.functional.one_hot(labels.long(), self.num_outputs)
         # ridge_solve's Cholesky reads the scatter's lower triangle only
         batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE))
         self._stats = batch if self._stats is None else merge_statistics(self._stats, batch)

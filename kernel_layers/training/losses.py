@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from kernel_layers._validation import check_labels
 from kernel_layers.objectives import DIStatistics, least_squares_loss, merge_statistics
 from kernel_layers.training import di_epoch
+from kernel_layers.training.batch_checks import di_batch_usable
 
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
@@ -23,26 +25,29 @@ if TYPE_CHECKING:
 __all__ = ["refit_ls_readout", "training_loss"]
 
 
-def _check_di_batch(model: KernelClassifier, rows: int) -> None:
-    j = model.num_features
-    if rows <= j:
-        raise ValueError(
-            f"{type(model).__name__}: the DI objective needs batches larger than the "
-            f"feature width J={j}, got a batch of {rows} rows (DI saturates when B <= J); "
-            f"set the data module's batch_size to at least {2 * j} (the paper uses "
-            "max(1000, 2J)) with drop_last=True"
-        )
-
-
-def training_loss(model: KernelClassifier, batch: Any, batch_idx: int) -> Tensor:
+def training_loss(model: KernelClassifier, batch: Any, batch_idx: int) -> Tensor | None:
     """The loss of ``batch`` (``(x Tensor[B, ...], y Tensor[B], ...)``) under the model's
-    objective (``Tensor[]``); logs ``train/di`` or ``train/loss``."""
+    objective (``Tensor[]``); logs ``train/di`` or ``train/loss``. ``None``: the batch is
+    skipped (the epoch's short last batch under DI,
+    :func:`~kernel_layers.training.batch_checks.di_batch_usable`) or a diverged backbone
+    stopped the fit.
+
+    Raises:
+        TypeError, ValueError: the labels are not integers in ``[0, num_classes)``, or
+            the batch is too small for DI.
+    """
     x, y = batch[0], batch[1]
-    h = model.embed(x)
     objective, classes = model.hparams["objective"], model.hparams["num_classes"]
+    y = check_labels(type(model).__name__, "y", y, classes)
+    h = model.embed(x)
     world = model.trainer.world_size if model._trainer is not None else 1
+    if model.backbone is not None and not model.guard.check_embedding(
+        model, x, h, batch_idx, world
+    ):
+        return None
     if objective == "di":
-        _check_di_batch(model, h.shape[0] * world)
+        if not di_batch_usable(model, h.shape[0] * world, batch_idx):
+            return None
         di = model._di(h, y)
         if di_epoch.logs_this_step(model, batch_idx):
             # The progress bar reads its values on the host (a synchronisation).

@@ -22,12 +22,19 @@ from lightning.pytorch import Callback, LightningModule
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from kernel_layers._validation import check_bool, check_int, check_nonnegative, check_positive
+from kernel_layers._validation import (
+    check_bool,
+    check_int,
+    check_labels,
+    check_nonnegative,
+    check_positive,
+)
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
+from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY, EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging
 from kernel_layers.training.divergence import DivergenceGuard
@@ -185,6 +192,8 @@ class KernelClassifier(LightningModule):
         # Whether init_map_from_data ran (the name predates the contract: checkpoints).
         self.register_buffer("landmarks_initialised", torch.tensor(False))
         self.guard = DivergenceGuard(owner, kernel_layer.in_features)
+        #: DI batches skipped as too small: the epochs' short last batches (one warning).
+        self.short_batches_skipped = 0
         self.head_tracker = ReadoutTracker()
         # Running DI sums of the current epoch (di_epoch): in the checkpoint.
         self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
@@ -293,10 +302,9 @@ class KernelClassifier(LightningModule):
         )
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        try:
+        with named_batch_errors("training", batch_idx, self.current_epoch):
             loss = training_loss(self, batch, batch_idx)
-        except (RuntimeError, ValueError) as err:
-            self.guard.objective_failed(self, err, batch_idx, self._world_size)
+        if loss is None:  # skipped (a short last batch under DI) or stopped
             return None
         if not self.guard.check_objective(self, loss, batch_idx, self._world_size):
             return None
@@ -383,18 +391,20 @@ class KernelClassifier(LightningModule):
         checkpoint_hooks.on_load_checkpoint(self, checkpoint)
 
     # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, batch: Any, metric: MulticlassAccuracy, name: str) -> None:
+    def _evaluate(self, batch: Any, batch_idx: int, metric: MulticlassAccuracy, name: str) -> None:
         if self.readout is None and not bool(self.head.fitted):
             return  # sanity check before any fit: nothing to report
         x, y = batch[0], batch[1]
+        with named_batch_errors(name.split("/")[0], batch_idx):
+            y = check_labels(type(self).__name__, "y", y, self.hparams["num_classes"])
         metric.update(self.scores(self(x)), y)
         self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_acc, "val/acc")
+        self._evaluate(batch, batch_idx, self.val_acc, "val/acc")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_acc, "test/acc")
+        self._evaluate(batch, batch_idx, self.test_acc, "test/acc")
 
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor | tuple[Tensor, Tensor]:
         x = batch[0] if isinstance(batch, list | tuple) else batch

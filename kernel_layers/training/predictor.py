@@ -22,7 +22,11 @@ from kernel_layers.training.readout import head_needs_fit
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
 
-__all__ = ["Predictor", "build_predictor"]
+__all__ = ["NO_CLASS", "Predictor", "build_predictor"]
+
+#: The class an exported :class:`Predictor` gives a row with a NaN or infinite input or
+#: score (in PyTorch the kernel layer refuses such a row with a ``ValueError`` instead).
+NO_CLASS = -1
 
 
 class Predictor(nn.Module):
@@ -46,6 +50,12 @@ class Predictor(nn.Module):
 
     Shape:
         ``x (Tensor[B, ...])`` -> ``(classes Tensor[B] int64, scores Tensor[B, L])``.
+
+    Non-finite rows: in PyTorch the kernel layer refuses a batch with a NaN or infinite
+    input (``ValueError``). An exported graph (ONNX, ``torch.export``) runs no such check;
+    there a row whose input or scores are not all finite gets class :data:`NO_CLASS`
+    (``-1``), and its scores are not meaningful: test ``classes >= 0`` before using a
+    class as an index.
     """
 
     def __init__(
@@ -88,7 +98,11 @@ class Predictor(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         scores = self.scores(x)
-        return torch.argmax(scores, dim=1), scores
+        classes = torch.argmax(scores, dim=1)
+        # An exported graph runs no input checks: a row with a NaN / Inf input (or
+        # score) gets class NO_CLASS, never a class of its own (argmax of NaN is 0).
+        finite = torch.isfinite(x.flatten(1)).all(1) & torch.isfinite(scores).all(1)
+        return torch.where(finite, classes, torch.full_like(classes, NO_CLASS)), scores
 
 
 def build_predictor(

@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
+from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.modes import eval_mode
 
@@ -108,9 +109,10 @@ def refit_head(model: KernelClassifier, batches: Iterable[Any] | None = None) ->
         batches = train_eval_batches(model.trainer, type(model).__name__)
     with eval_mode(model):
         model.head.reset()
-        for batch in batches:
+        for index, batch in enumerate(batches):
             x, y = batch[0].to(model.device), batch[1].to(model.device)
-            model.head.update(model(x), y.long())
+            with named_batch_errors("read-out fit", index):
+                model.head.update(model(x), y)
         model.head.fit()
         model.head_tracker.mark_fitted(feature_modules(model))
 
