@@ -592,8 +592,8 @@ def test_predictions_are_never_written_over_an_input(tmp_path) -> None:
     assert source.read_text() == "1,2,3\n"
 
 
-# ---------------------------------------------------------------- issue 53: training, scikit-learn
-def _issue53_training_cases() -> list[Any]:
+# ---------------------------------------------------------------- training and estimator inputs
+def _training_cases() -> list[Any]:
     from kernel_layers._validation import check_labels, check_torch_device
     from kernel_layers.sklearn import DIClassifier, DIFeatures
 
@@ -666,10 +666,115 @@ def _issue53_training_cases() -> list[Any]:
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize(("call", "error", "argument"), _issue53_training_cases())
-def test_issue53_training_and_estimator_inputs(
+@pytest.mark.parametrize(("call", "error", "argument"), _training_cases())
+def test_training_and_estimator_inputs(
     call: Callable[[], Any], error: type[Exception], argument: str
 ) -> None:
     with pytest.raises(error) as info:
         call()
     assert f"argument '{argument}'" in str(info.value), str(info.value)
+
+
+# ---------------------------------------------------------------- damaged or edited checkpoints
+@pytest.fixture(scope="module")
+def fitted_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A one-epoch ``NystromLayer(4, 6)`` model's checkpoint (as bytes) and its folder."""
+    import lightning as L
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    model = KernelClassifier(NystromLayer(4, 6, gamma=0.5, seed=0), num_classes=3)
+    dm = TensorDataModule(X, Y, X, Y, batch_size=20, val_fraction=0.0)
+    trainer = L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, dm)
+    trainer.save_checkpoint(folder / "good.ckpt")
+    return folder
+
+
+def _hparams(edit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    return lambda checkpoint: edit(checkpoint["hyper_parameters"])
+
+
+def _layer(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return _hparams(lambda h: h["kernel_layer"]["init_args"].__setitem__(key, value))
+
+
+def _state(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(checkpoint: dict[str, Any]) -> None:
+        if value is None:
+            del checkpoint["state_dict"][key]
+        else:
+            checkpoint["state_dict"][key] = checkpoint["state_dict"][key] * value
+
+    return edit
+
+
+CHECKPOINT_EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "layer-in-features-huge": _layer("in_features", 10**9),
+    "layer-out-features-other": _layer("out_features", 7),
+    "layer-class-not-a-module": _hparams(
+        lambda h: h["kernel_layer"].__setitem__("class_path", "os.system")
+    ),
+    "layer-dtype-int8": _hparams(lambda h: h["kernel_layer"].__setitem__("dtype", "int8")),
+    "backbone-huge": _hparams(
+        lambda h: h.__setitem__(
+            "backbone",
+            {
+                "class_path": "torch.nn.Linear",
+                "init_args": {"in_features": 10**7, "out_features": 9},
+            },
+        )
+    ),
+    "num-classes-huge": _hparams(lambda h: h.__setitem__("num_classes", 10**9)),
+    "num-classes-string": _hparams(lambda h: h.__setitem__("num_classes", "3")),
+    "landmarks-nan": _state("kernel_layer.landmarks", float("nan")),
+    "landmarks-inf": _state("kernel_layer.landmarks", float("inf")),
+    "head-weight-nan": _state("head.weight", float("nan")),
+    "head-bias-missing": _state("head.bias", None),
+    "landmarks-missing": _state("kernel_layer.landmarks", None),
+}
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", sorted(CHECKPOINT_EDITS))
+def test_an_edited_checkpoint_is_refused_naming_it(fitted_checkpoint: Any, name: str) -> None:
+    checkpoint = torch.load(fitted_checkpoint / "good.ckpt", weights_only=True)
+    CHECKPOINT_EDITS[name](checkpoint)
+    path = fitted_checkpoint / f"{name}.ckpt"
+    torch.save(checkpoint, path)
+    with pytest.raises((ValueError, TypeError)) as info:
+        KernelClassifier.load_from_checkpoint(path)
+    assert f"{name}.ckpt" in str(info.value) or "argument 'kernel_layer" in str(info.value), str(
+        info.value
+    )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x00" * 64, b"PK\x03\x04 not a zip", b"just text\n"],
+    ids=["empty", "zeros", "bad-zip", "text"],
+)
+def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Any, content: bytes) -> None:
+    path = tmp_path / "unreadable.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint '.*unreadable\.ckpt' (is not a readable checkpoint|refused: .* or "
+        r"is no checkpoint at all)",
+    ):
+        KernelClassifier.load_from_checkpoint(path)
+
+
+def test_a_truncated_checkpoint_is_refused_naming_it(fitted_checkpoint: Any) -> None:
+    data = (fitted_checkpoint / "good.ckpt").read_bytes()
+    for fraction in (0.1, 0.5, 0.9):
+        path = fitted_checkpoint / "truncated.ckpt"
+        path.write_bytes(data[: int(len(data) * fraction)])
+        with pytest.raises(ValueError, match=r"checkpoint '.*truncated\.ckpt' is not a readable"):
+            KernelClassifier.load_from_checkpoint(path)

@@ -326,7 +326,7 @@ def test_checkpoint_after_a_validation_keeps_its_readout(tmp_path: Path) -> None
     assert bool(KernelClassifier.load_from_checkpoint(path).head.fitted)
 
 
-# ------------------------------------------------------------- checks before loading (issue 53)
+# ------------------------------------------------------------- checks before loading
 @pytest.fixture
 def saved_nystrom(tmp_path: Path) -> Path:
     """A fitted ``NystromLayer(D, 20, gamma=0.5)`` model's checkpoint."""
@@ -455,3 +455,22 @@ def test_unreadable_or_incomplete_checkpoints_are_named(saved_nystrom: Path) -> 
         ValueError, match=r"'kernel_layer\.landmarks': spec \[20, 8\], tensor missing"
     ):
         KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, no_landmarks))
+
+
+@pytest.mark.parametrize("classes", [10**9, 2, "3", True])
+def test_num_classes_must_be_the_width_of_the_read_out_carried(
+    saved_nystrom: Path, classes: object
+) -> None:
+    """An edited ``num_classes`` is refused before a read-out of that width is built."""
+
+    def edit(checkpoint: dict[str, Any]) -> None:
+        checkpoint["hyper_parameters"]["num_classes"] = classes
+
+    with pytest.raises(
+        ValueError,
+        match=rf"checkpoint '.*edited\.ckpt': argument 'num_classes' must be the width of "
+        rf"the read-out it carries \('head\.bias': {CLASSES}\), got {classes!r}",
+    ):
+        KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, edit))
+    with pytest.raises(ValueError, match=r"argument 'num_classes' must be the width"):
+        KernelClassifier.load_from_checkpoint(saved_nystrom, num_classes=CLASSES + 1)

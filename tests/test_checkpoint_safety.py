@@ -146,7 +146,7 @@ def test_fit_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(
     assert trainer.current_epoch == 2
 
 
-# ------------------------------------------------------------- checkpoint sources (issue 53)
+# ------------------------------------------------------------- checkpoint sources
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A loopback HTTP server of ``tmp_path/www``; yields ``(folder, base URL)``."""

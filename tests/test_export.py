@@ -32,7 +32,7 @@ LAYERS = {
 #: Nystrom settings per kernel with a well-conditioned K_Z (float32 round-off in the
 #: features stays below the bar): (out_features, gamma).
 NYSTROM_SETTINGS = {"linear": (4, 1.0), "polynomial": (6, 0.5), "skewed_chi2": (8, 4.0)}
-#: The bar of the export issue: float32 outputs within this of PyTorch.
+#: The export bar: float32 outputs within this of PyTorch.
 ONNX_ATOL = 1e-5
 ATOL = 1e-5
 OPSET = 18

@@ -8,6 +8,7 @@ describe, the model it is loaded into, and the data settings it was trained with
   checkpoint's records, each written one way
   (:func:`~kernel_layers.training.architecture.canonical_spec`).
 * :func:`data_differences`: the settings that decide the data's split and scaling.
+* :func:`check_classes_fit_state`: ``num_classes`` is the read-outs' width.
 * :func:`check_finite_state`: no NaN or infinite weight.
 """
 
@@ -23,6 +24,7 @@ from kernel_layers.training.architecture import canonical_spec, is_spec, spec_sh
 __all__ = [
     "DATA_SETTINGS",
     "MODULE_ARGUMENTS",
+    "check_classes_fit_state",
     "check_finite_state",
     "check_specs_fit_state",
     "configuration_differences",
@@ -196,3 +198,33 @@ def check_finite_state(owner: str, source: object, state_dict: Mapping[str, Any]
             f"{owner}: checkpoint {str(source)!r} must hold finite weights, got NaN or "
             "infinite values in " + ", ".join(repr(k) for k in bad)
         )
+
+
+#: The tensors whose last dimension is the number of classes.
+CLASS_TENSORS = ("head.bias", "readout.bias")
+
+
+def check_classes_fit_state(
+    owner: str,
+    source: object,
+    hparams: Mapping[str, Any],
+    state_dict: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+) -> None:
+    """Raise unless ``num_classes`` (recorded, or in ``overrides``) is the width of the
+    read-outs the checkpoint carries, before a read-out of that width is allocated.
+
+    Raises:
+        ValueError: naming the checkpoint, ``num_classes`` and the tensor's width.
+    """
+    classes = overrides.get("num_classes", hparams.get("num_classes"))
+    for key in CLASS_TENSORS:
+        tensor = state_dict.get(key)
+        if not isinstance(tensor, torch.Tensor) or tensor.ndim != 1:
+            continue
+        if isinstance(classes, bool) or not isinstance(classes, int) or classes != len(tensor):
+            raise ValueError(
+                f"{owner}: checkpoint {str(source)!r}: argument 'num_classes' must be the "
+                f"width of the read-out it carries ('{key}': {len(tensor)}), got {classes!r} "
+                "(the checkpoint is damaged or was edited; nothing was built)"
+            )

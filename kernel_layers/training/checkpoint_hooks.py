@@ -24,6 +24,7 @@ from torch import nn
 from kernel_layers.training.architecture import describe_module
 from kernel_layers.training.checkpoint_checks import (
     MODULE_ARGUMENTS,
+    check_classes_fit_state,
     check_finite_state,
     check_specs_fit_state,
     data_differences,
@@ -101,9 +102,9 @@ def check_before_load(
 ) -> None:
     """The checks of ``load_from_checkpoint`` before the model is built: the checkpoint
     records its kernel layer (or ``overrides``, its keyword arguments, give one); each
-    recorded spec builds exactly the tensors it carries (so that nothing enormous is
-    allocated); every weight is finite; a layer or backbone passed in ``overrides`` has
-    the recorded settings.
+    recorded spec builds exactly the tensors it carries and ``num_classes`` is its
+    read-outs' width (so that nothing enormous is allocated); every weight is finite; a
+    layer or backbone passed in ``overrides`` has the recorded settings.
 
     Raises:
         ValueError: as :func:`~kernel_layers.training.preflight.check_layer_recorded` and
@@ -115,6 +116,7 @@ def check_before_load(
         check_layer_recorded(owner, source, hparams)
     state = checkpoint.get("state_dict") or {}
     check_specs_fit_state(owner, source, hparams, state, overrides)
+    check_classes_fit_state(owner, source, hparams, state, overrides)
     check_finite_state(owner, source, state)
     passed = {
         name: describe_module(value)

@@ -72,10 +72,10 @@ def _unpickle(source: str, load: Callable[[], Any]) -> Any:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
             f"checkpoint {source!r} refused: it holds Python objects other than tensors and "
-            "primitive types, which could run code when loaded; only weights_only=True "
-            f"loads are made ({reason})"
+            "primitive types, which could run code when loaded, or is no checkpoint at all; "
+            f"only weights_only=True loads are made ({reason})"
         ) from err
-    except (EOFError, RuntimeError, OSError) as err:
+    except Exception as err:  # reading only: any other failure means unreadable bytes
         raise ValueError(
             f"checkpoint {source!r} is not a readable checkpoint (empty, truncated, or not "
             f"written by torch.save): {type(err).__name__}: {err or 'no data'}"
