@@ -19,18 +19,22 @@ import argparse
 import logging
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.trainer.states import TrainerFn
 
 from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
-from kernel_layers.cli.recipe_files import list_recipes, recipe_path
+from kernel_layers.cli.recipe_files import (
+    check_j_set_once,
+    list_recipes,
+    recipe_path,
+    resolve_config_args,
+)
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
 from kernel_layers.training.checkpoint_checks import configuration_differences
 from kernel_layers.training.checkpoint_io import check_weights_only, load_checkpoint_file
@@ -78,53 +82,6 @@ EXTRA_COMMANDS = """other commands:
 
 --ckpt_path: a checkpoint whose saved hyper-parameters differ from the configuration is an
 error naming both values; the configuration is never silently replaced."""
-
-
-def resolve_config_args(argv: Sequence[str]) -> list[str]:
-    """``argv`` with every ``--config NAME`` that is not a file replaced by the recipe's path.
-
-    Raises:
-        ValueError: ``NAME`` is neither a file nor a shipped recipe.
-    """
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg == "--config" and i + 1 < len(out):
-            if not Path(out[i + 1]).exists() and not out[i + 1].lstrip().startswith("{"):
-                out[i + 1] = str(recipe_path(out[i + 1]))
-        elif arg.startswith("--config="):
-            value = arg.split("=", 1)[1]
-            if not Path(value).exists() and not value.lstrip().startswith("{"):
-                out[i] = f"--config={recipe_path(value)}"
-    return out
-
-
-def check_j_set_once(argv: Sequence[str]) -> None:
-    """Refuse the data's ``num_features`` on the command line or in a config file.
-
-    ``J`` is the kernel layer's ``out_features``; the data module's ``num_features`` is
-    linked from it (a value given there would be replaced without a word).
-
-    Raises:
-        ValueError: naming where the second value was given.
-    """
-    given: list[str] = []
-    for i, arg in enumerate(argv):
-        key = arg.split("=", 1)[0]
-        if key in ("--data.init_args.num_features", "--data.num_features"):
-            given.append(f"{arg if '=' in arg else arg + ' ' + argv[i + 1]}")
-        if key == "--config":
-            value = arg.split("=", 1)[1] if "=" in arg else argv[i + 1]
-            if Path(value).is_file():
-                config = yaml.safe_load(Path(value).read_text()) or {}
-                data = config.get("data") if isinstance(config, Mapping) else None
-                args = data.get("init_args", data) if isinstance(data, Mapping) else None
-                if isinstance(args, Mapping) and "num_features" in args:
-                    given.append(f"data.init_args.num_features: {args['num_features']} in {value}")
-    if given:
-        raise ValueError(
-            "kernel-layers: J is set once, as --model.kernel_layer.init_args.out_features "
-            "(the data's num_features is linked from it); remove " + "; ".join(given)
-        )
 
 
 # ----------------------------------------------------------------------- config saving

@@ -1,16 +1,25 @@
 """The shipped recipes (the repository's ``recipes/`` folder, installed as
-``kernel_layers.recipes``): their names, one-line summaries and installed paths.
+``kernel_layers.recipes``): their names, one-line summaries and installed paths, and the
+command line's ``--config`` arguments that name them.
 
-Standard library only, so that ``kernel-layers recipes`` answers without importing
-torch or Lightning.
+Standard library only at import, so that ``kernel-layers recipes`` answers without
+importing torch or Lightning.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["RECIPES_PACKAGE", "list_recipes", "print_recipes", "recipe_path"]
+__all__ = [
+    "RECIPES_PACKAGE",
+    "check_j_set_once",
+    "list_recipes",
+    "print_recipes",
+    "recipe_path",
+    "resolve_config_args",
+]
 
 #: The package that ships the recipes (the repository's ``recipes/`` folder).
 RECIPES_PACKAGE = "kernel_layers.recipes"
@@ -50,3 +59,52 @@ def print_recipes() -> None:
         print(f"{name:<{width}}  {summary}")
     folder = recipe_path(next(iter(recipes))).parent
     print(f"\nrun one with: kernel-layers fit --config NAME   (files in {folder})")
+
+
+def resolve_config_args(argv: Sequence[str]) -> list[str]:
+    """``argv`` with every ``--config NAME`` that is not a file replaced by the recipe's path.
+
+    Raises:
+        ValueError: ``NAME`` is neither a file nor a shipped recipe.
+    """
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--config" and i + 1 < len(out):
+            if not Path(out[i + 1]).exists() and not out[i + 1].lstrip().startswith("{"):
+                out[i + 1] = str(recipe_path(out[i + 1]))
+        elif arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+            if not Path(value).exists() and not value.lstrip().startswith("{"):
+                out[i] = f"--config={recipe_path(value)}"
+    return out
+
+
+def check_j_set_once(argv: Sequence[str]) -> None:
+    """Refuse the data's ``num_features`` on the command line or in a config file.
+
+    ``J`` is the kernel layer's ``out_features``; the data module's ``num_features`` is
+    linked from it (a value given there would be replaced without a word).
+
+    Raises:
+        ValueError: naming where the second value was given.
+    """
+    import yaml
+
+    given: list[str] = []
+    for i, arg in enumerate(argv):
+        key = arg.split("=", 1)[0]
+        if key in ("--data.init_args.num_features", "--data.num_features"):
+            given.append(f"{arg if '=' in arg else arg + ' ' + argv[i + 1]}")
+        if key == "--config":
+            value = arg.split("=", 1)[1] if "=" in arg else argv[i + 1]
+            if Path(value).is_file():
+                config = yaml.safe_load(Path(value).read_text()) or {}
+                data = config.get("data") if isinstance(config, Mapping) else None
+                args = data.get("init_args", data) if isinstance(data, Mapping) else None
+                if isinstance(args, Mapping) and "num_features" in args:
+                    given.append(f"data.init_args.num_features: {args['num_features']} in {value}")
+    if given:
+        raise ValueError(
+            "kernel-layers: J is set once, as --model.kernel_layer.init_args.out_features "
+            "(the data's num_features is linked from it); remove " + "; ".join(given)
+        )

@@ -1,17 +1,15 @@
 """The base data module: in-memory arrays, the paper's scaling, splits and loaders.
 
-Built from :mod:`~kernel_layers.data.splits`, :mod:`~kernel_layers.data.scaling` and
-:mod:`~kernel_layers.data.loaders`; :class:`TensorDataModule` is in
-:mod:`~kernel_layers.data.tensor`.
+Built from :mod:`~kernel_layers.data.splits`, :mod:`~kernel_layers.data.scaling`,
+:mod:`~kernel_layers.data.loaders` and :mod:`~kernel_layers.data.predict_source`;
+:class:`TensorDataModule` is in :mod:`~kernel_layers.data.tensor`.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -29,6 +27,7 @@ from kernel_layers.data.loaders import (
     make_loader,
 )
 from kernel_layers.data.network import failure_reason
+from kernel_layers.data.predict_source import PREDICT_SPLITS, PredictSource
 from kernel_layers.data.scaling import InputScaling, check_scaled, fit_min_max, scale_rows
 from kernel_layers.data.splits import (
     check_arrays,
@@ -36,7 +35,6 @@ from kernel_layers.data.splits import (
     split_seeds,
     validation_split,
 )
-from kernel_layers.data.user_files import read_feature_rows
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -50,8 +48,6 @@ __all__ = [
     "split_seeds",
 ]
 
-#: Splits that ``predict`` can serve (:meth:`ArrayDataModule.set_predict_source`).
-PREDICT_SPLITS = ("train", "val", "test")
 #: Fraction of the training split held out for validation by default.
 DEFAULT_VAL_FRACTION = 0.1
 
@@ -61,7 +57,7 @@ _SCALINGS = ("feature", "global")
 RawArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-class ArrayDataModule(LightningDataModule):
+class ArrayDataModule(PredictSource, LightningDataModule):
     """Base of the data modules: in-memory arrays, min-max scaling, splits and loaders.
 
     Subclasses implement :meth:`_locate`, which finds (or downloads) the data and returns
@@ -390,56 +386,6 @@ class ArrayDataModule(LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         """Test batches ``(x [B, *input_shape], y [B])`` in file order."""
         return self._loader(self._require(self.test_dataset, "test"), train=False)
-
-    def set_predict_source(
-        self, split: str = "test", path: str | os.PathLike[str] | None = None
-    ) -> None:
-        """Choose what :meth:`predict_dataloader` serves.
-
-        Args:
-            split: ``"train"`` (every row, in order), ``"val"`` or ``"test"``.
-            path: instead of a split, a file of raw features (``.npy``, or ``.csv`` with
-                an optional header row) with one row per sample, or a folder of images
-                (read in file-name order, for image data, pixels converted to the
-                training data's range :attr:`pixel_max`); scaled with the training
-                statistics like the splits. The rules for CSV headers and image ranges
-                are in :mod:`~kernel_layers.data.user_files`.
-
-        Raises:
-            ValueError: unknown split, a missing path or an unsupported file type.
-        """
-        check_choice(self._name, "split", split, PREDICT_SPLITS)
-        if path is not None and not Path(path).exists():
-            raise ValueError(
-                f"{self._name}: argument 'path' must be an existing .npy / .csv file or "
-                f"image folder, got {str(path)!r} (not found)"
-            )
-        self._predict_split = split
-        self._predict_path = None if path is None else Path(path)
-
-    @property
-    def predict_path(self) -> Path | None:
-        """The file or folder :meth:`predict_dataloader` reads, or ``None`` (a split)."""
-        return getattr(self, "_predict_path", None)
-
-    def predict_dataloader(self) -> DataLoader:
-        """Batches of the prediction source (default: the test split, in file order);
-        ``batch[0]`` holds the features. See :meth:`set_predict_source`."""
-        path = self.predict_path
-        if path is not None:
-            self.setup()
-            shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
-            raw = read_feature_rows(path, shape, owner=self._name, pixel_max=self.pixel_max)
-            features = self._transform(raw, f"the rows of {str(path)!r}")
-            return self._loader(BatchedTensorDataset(features), train=False)
-        split = getattr(self, "_predict_split", "test")
-        datasets = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}
-        if split == "val" and self.val_dataset is None and self.train_dataset is not None:
-            raise ValueError(
-                f"{self._name}: predicting split 'val' needs val_fraction > 0, got "
-                f"val_fraction={self.val_fraction}"
-            )
-        return self._loader(self._require(datasets[split], split), train=False)
 
 
 def __getattr__(name: str) -> Any:
