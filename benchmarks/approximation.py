@@ -162,7 +162,7 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
                 ["‖K − ΦΦᵀ‖₂ / ‖K‖₂", "{kernel_error_spectral:.4f}"],
                 ["ridge test acc", "{test_acc:.2f} %"],
                 ["DI epochs", "{epochs}"],
-                ["time", "{seconds_time}"],
+                ["build + DI s", "{seconds}"],
             ],
         }
     return out
@@ -195,12 +195,17 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
             if not points:
                 continue
             dims, error, acc = zip(*points, strict=True)
-            style = "--" if method.startswith("di-") else "-"
-            axes[0][col].plot(dims, error, style, marker="o", label=method)
-            axes[1][col].plot(dims, acc, style, marker="o", label=method)
+            style = {
+                "linestyle": "--" if method.startswith("di-") else "-",
+                "color": f"C{METHODS.index(method)}",
+                "marker": "o",
+                "label": method,
+            }
+            axes[0][col].plot(dims, error, **style)
+            axes[1][col].plot(dims, acc, **style)
         axes[0][col].set(title=dataset, xscale="log", yscale="log", ylabel="‖K − ΦΦᵀ‖_F / ‖K‖_F")
         axes[1][col].set(xscale="log", xlabel="J", ylabel="ridge test accuracy (%)")
-    axes[0][0].legend(fontsize=8)
+        axes[0][col].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
