@@ -2,8 +2,8 @@
 
 ``import kernel_layers`` loads torch only: the layers, kernels and objectives are
 plain PyTorch. Names that need Lightning, torchmetrics or scikit-learn
-(``KernelClassifier``, the backbones, ``select_gamma``) are imported on first use,
-through the module ``__getattr__`` below.
+(``KernelClassifier``, ``KernelApproximationError``, the backbones, ``select_gamma``)
+are imported on first use, through the module ``__getattr__`` below.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from kernel_layers._version import __version__
 if TYPE_CHECKING:  # the names below, for type checkers and IDEs
     from kernel_layers.cli.allocator import keep_freed_host_memory
     from kernel_layers.kernels import Kernel, available_kernels, get_kernel, register_kernel
+    from kernel_layers.kernels.approximation import KernelApproximationError
     from kernel_layers.layers.base import KernelFeatureMap
     from kernel_layers.layers.ensemble import EnsembleNystrom
     from kernel_layers.layers.fastfood import FastfoodLayer
@@ -51,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "FourierLayer": "kernel_layers.layers.fourier",
     "GammaSearchResult": "kernel_layers.selection.gamma",
     "Kernel": "kernel_layers.kernels",
+    "KernelApproximationError": "kernel_layers.kernels.approximation",
     "KernelClassifier": "kernel_layers.training.module",
     "KernelFeatureMap": "kernel_layers.layers.base",
     "NystromLayer": "kernel_layers.layers.nystrom",
@@ -83,6 +85,7 @@ __all__ = [
     "FourierLayer",
     "GammaSearchResult",
     "Kernel",
+    "KernelApproximationError",
     "KernelClassifier",
     "KernelFeatureMap",
     "NystromLayer",

@@ -116,6 +116,30 @@ class KernelFeatureMap(nn.Module, ABC):
         """
         del rows
 
+    def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
+        """The kernel matrix ``k(x, z)`` this map approximates (``phi(x)^T phi(z)``
+        estimates it), with the map's current settings (learned bandwidths included),
+        computed in the inputs' dtype; what
+        :class:`~kernel_layers.kernels.approximation.KernelApproximationError` compares
+        the features with.
+
+        Args:
+            x (Tensor[B, D]): inputs.
+            z (Tensor[n, D]): inputs.
+
+        Returns:
+            Tensor[B, n]: ``k(x, z)``.
+
+        Raises:
+            NotImplementedError: the map does not state its kernel (the default); pass
+                ``kernel=`` to ``KernelApproximationError`` instead.
+        """
+        del x, z
+        raise NotImplementedError(
+            f"{type(self).__name__} does not state the kernel it approximates: override "
+            f"exact_kernel(x, z), or pass kernel= to KernelApproximationError"
+        )
+
     def _check_input(self, x: Tensor, reference: Tensor, *, width: int, why: str) -> None:
         """Check ``x (Tensor[..., D])`` before mapping it: ``D = in_features``, finite
         values no larger than what ``width``-term sums in ``reference``'s (upcast) dtype

@@ -187,6 +187,10 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
         scales = self.weights.sqrt().to(x.dtype)
         return torch.cat([m(x) * scales[i] for i, m in enumerate(self.maps)], dim=-1)
 
+    def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
+        """``k(x, z) (Tensor[B, n])``: the kernel every map approximates, in the inputs' dtype."""
+        return self._kernel_matrix(x, z)
+
     def extra_repr(self) -> str:
         weights = [round(float(w), 6) for w in self.weights]
         text = super().extra_repr()

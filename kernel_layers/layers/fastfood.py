@@ -28,6 +28,7 @@ from kernel_layers._validation import (
     check_dtype,
     check_positive,
 )
+from kernel_layers.kernels import gaussian_kernel
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.numerics.precision import autocast_off, upcast
 
@@ -152,6 +153,11 @@ class FastfoodLayer(KernelFeatureMap):
             phase = self.projections(upcast(flat)) + upcast(self.phases)
             out = torch.cos(phase) * math.sqrt(2.0 / self.out_features)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
+        """``exp(-gamma ||x - z||^2) (Tensor[B, n])``, the Gaussian kernel the features
+        approximate (also once ``G``, ``S`` and ``b`` are trained), in the inputs' dtype."""
+        return gaussian_kernel(x, z, self.gamma)
 
     def get_config(self) -> dict[str, object]:
         """Constructor settings as primitives (the draws come from the state dict)."""

@@ -326,6 +326,42 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
                 out = cossin_features(flat, frequencies)
         return out.reshape(*x.shape[:-1], self.out_features)
 
+    def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
+        """``k(x, z) (Tensor[B, n])`` of ``x (Tensor[B, D])``, ``z (Tensor[n, D])``: the
+        kernel the features estimate, in the inputs' dtype (trained frequencies and phases
+        approximate the same kernel).
+
+        With ``ard``, the frequencies ``diag(sigma) h(Omega)`` estimate the kernel at
+        ``gamma`` of the inputs scaled by ``sigma / scale(gamma)`` (the layer starts at
+        ``sigma = scale(gamma)``: the isotropic kernel); with ``separable``, the sum over
+        blocks of that kernel on the block's inputs, weighted by the block's share of
+        the features.
+
+        Raises:
+            ValueError: ``ard`` with a kernel that acts on ``log(x + c)`` (the scaled
+                kernel has no closed form here).
+        """
+        spec = self.kernel_spec
+        sigma = self.input_bandwidth
+        if sigma is None:
+            return self._kernel_matrix(x, z)
+        if spec.transform is not None or spec.scale is None:
+            raise ValueError(
+                f"{type(self).__name__}: exact_kernel needs a kernel on the inputs themselves with "
+                f"ard=True (the learned bandwidths scale log(x + c) here), got kernel "
+                f"{self.kernel!r}"
+            )
+        ratio = sigma.to(x.dtype) / spec.scale(self.gamma)
+        x, z = x * ratio, z * ratio
+        if not self.separable or self.blocks is None:
+            return self._kernel_matrix(x, z)
+        parts = [
+            self._kernel_matrix(x[:, list(dims)], z[:, list(dims)])
+            * (len(features) / self.out_features)
+            for dims, features in zip(self.blocks, self.feature_blocks, strict=True)
+        ]
+        return torch.stack(parts).sum(0)
+
     def _device_reference(self) -> Tensor:
         """A parameter or buffer of the layer (they share one device)."""
         for tensor in self.parameters():

@@ -64,6 +64,15 @@ class KernelChoice:
         """
         return self._kernel
 
+    def _kernel_matrix(self, x: Tensor, z: Tensor) -> Tensor:
+        """``k(x, z) (Tensor[B, n])`` at :attr:`gamma` of ``x (Tensor[B, D])`` and
+        ``z (Tensor[n, D])`` after checking both lie in the kernel's domain (the
+        ``exact_kernel`` of the maps)."""
+        owner = type(self).__name__
+        self._kernel.validate_input(owner, "x", x)
+        self._kernel.validate_input(owner, "z", z)
+        return self._kernel.matrix(x, z, self.gamma)
+
     def _kernel_config(self) -> dict[str, object]:
         """The kernel settings as constructor arguments.
 

@@ -276,6 +276,12 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         g = spec.matrix(self._scale_inputs(x), landmarks, self.gamma)
         return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
 
+    def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
+        """``k(x, z) (Tensor[B, n])`` of ``x (Tensor[B, D])``, ``z (Tensor[n, D])``: the
+        layer's kernel on inputs scaled by its current bandwidths (``ard``), in their
+        dtype; rank-k truncation approximates the same kernel."""
+        return self._kernel_matrix(self._scale_inputs(x), self._scale_inputs(z))
+
     def projection(self) -> Tensor:
         """The map from ``G = k(x, Z)`` to the features: ``phi(x) = G P``.
 

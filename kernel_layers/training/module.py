@@ -33,6 +33,7 @@ from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training import checkpoint_hooks, preflight
+from kernel_layers.training.approximation import KernelApproximationLogging
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY, EpochChecks
@@ -150,6 +151,7 @@ class KernelClassifier(LightningModule):
         return_scores: bool = False,
         group_lasso: float = 0.0,
         check_every: str = "auto",
+        approximation_rows: int = 0,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -174,6 +176,7 @@ class KernelClassifier(LightningModule):
             check_positive(owner, "backbone_lr", backbone_lr)
         check_bool(owner, "init_landmarks", init_landmarks)
         check_bool(owner, "return_scores", return_scores)
+        check_int(owner, "approximation_rows", approximation_rows, minimum=0)
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         # The architecture as primitives, so that the checkpoint alone rebuilds the model.
         self.hparams["kernel_layer"] = describe_module(kernel_layer, given.get("kernel_layer"))
@@ -242,13 +245,16 @@ class KernelClassifier(LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI
-        (objective ``"di"``) and the deferred checks (unless ``check_every="step"``)."""
+        (objective ``"di"``), the deferred checks (unless ``check_every="step"``) and the
+        kernel approximation error (``approximation_rows > 0``)."""
         callbacks: list[Callback] = [ReadoutRefit()]
         if self.hparams["objective"] == "di":
             callbacks.append(EpochDILogging())
         check_every = self.hparams["check_every"]
         if check_every != "step":
             callbacks.insert(0, EpochChecks(check_every))  # read before anything logs
+        if self.hparams.get("approximation_rows", 0):
+            callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
         return callbacks
 
     # ------------------------------------------------------------------ features
