@@ -22,7 +22,22 @@ from torch import Tensor
 if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
 
-__all__ = ["EpochDILogging", "add_batch", "epoch_ends_here", "epoch_mean", "logs_this_step"]
+__all__ = [
+    "EpochDILogging",
+    "add_batch",
+    "epoch_ends_here",
+    "epoch_mean",
+    "logs_this_step",
+    "register_epoch_sums",
+]
+
+
+def register_epoch_sums(model: LightningModule) -> None:
+    """Give ``model`` the epoch's running DI sums as buffers (in its checkpoints)."""
+    model.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
+    model.register_buffer("di_epoch_rows", torch.tensor(0, dtype=torch.long))
+    model.register_buffer("di_epoch_index", torch.tensor(-1, dtype=torch.long))
+    model.di_epoch_seen = None  # type: ignore[assignment]  # the index as the host knows it
 
 
 @torch.no_grad()

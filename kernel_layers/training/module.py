@@ -23,11 +23,8 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from kernel_layers._validation import (
-    check_bool,
-    check_int,
     check_labels,
     check_nonnegative,
-    check_positive,
 )
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
@@ -37,7 +34,7 @@ from kernel_layers.training.approximation import KernelApproximationLogging
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY, EpochChecks
-from kernel_layers.training.di_epoch import EpochDILogging
+from kernel_layers.training.di_epoch import EpochDILogging, register_epoch_sums
 from kernel_layers.training.divergence import DivergenceGuard
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms, model_prox_step
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
@@ -169,14 +166,14 @@ class KernelClassifier(LightningModule):
             check_every=check_every,
             check_every_choices=CHECK_EVERY,
         )
-        check_int(owner, "num_classes", num_classes, minimum=2)
-        for name, value in (("rho", rho), ("lr", lr), ("head_rho", head_rho)):
-            check_positive(owner, name, value)
-        if backbone_lr is not None:
-            check_positive(owner, "backbone_lr", backbone_lr)
-        check_bool(owner, "init_landmarks", init_landmarks)
-        check_bool(owner, "return_scores", return_scores)
-        check_int(owner, "approximation_rows", approximation_rows, minimum=0)
+        preflight.check_scalars(
+            owner,
+            num_classes=num_classes,
+            positive={"rho": rho, "lr": lr, "head_rho": head_rho},
+            optional_positive={"backbone_lr": backbone_lr},
+            flags={"init_landmarks": init_landmarks, "return_scores": return_scores},
+            approximation_rows=approximation_rows,
+        )
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         # The architecture as primitives, so that the checkpoint alone rebuilds the model.
         self.hparams["kernel_layer"] = describe_module(kernel_layer, given.get("kernel_layer"))
@@ -198,11 +195,7 @@ class KernelClassifier(LightningModule):
         #: DI batches skipped as too small: the epochs' short last batches (one warning).
         self.short_batches_skipped = 0
         self.head_tracker = ReadoutTracker()
-        # Running DI sums of the current epoch (di_epoch): in the checkpoint.
-        self.register_buffer("di_epoch_sum", torch.tensor(0.0, dtype=torch.float64))
-        self.register_buffer("di_epoch_rows", torch.tensor(0, dtype=torch.long))
-        self.register_buffer("di_epoch_index", torch.tensor(-1, dtype=torch.long))
-        self.di_epoch_seen = None
+        register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
 
     @property
     def stop_reason(self) -> str | None:

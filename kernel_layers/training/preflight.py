@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import Tensor, nn
 
-from kernel_layers._validation import check_choice
+from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
@@ -27,6 +27,7 @@ __all__ = [
     "check_checkpoint_dirs",
     "check_data_sizes",
     "check_layer_recorded",
+    "check_scalars",
     "check_state_shapes",
     "use_atomic_checkpoints",
 ]
@@ -206,3 +207,30 @@ def check_arguments(
             "e.g. FourierLayer(..., ard=True, blocks=..., separable=True), got "
             f"{type(kernel_layer).__name__} with {blocks} block(s)"
         )
+
+
+def check_scalars(
+    owner: str,
+    *,
+    num_classes: object,
+    positive: dict[str, object],
+    optional_positive: dict[str, object],
+    flags: dict[str, object],
+    approximation_rows: object,
+) -> None:
+    """The one-value argument checks of :class:`~kernel_layers.KernelClassifier`:
+    ``num_classes >= 2``, each of ``positive`` (and each of ``optional_positive`` but
+    ``None``) a finite number > 0, each of ``flags`` a bool, ``approximation_rows >= 0``.
+
+    Raises:
+        TypeError | ValueError: naming the argument, the expectation and the value.
+    """
+    check_int(owner, "num_classes", num_classes, minimum=2)
+    for name, value in positive.items():
+        check_positive(owner, name, value)
+    for name, value in optional_positive.items():
+        if value is not None:
+            check_positive(owner, name, value)
+    for name, value in flags.items():
+        check_bool(owner, name, value)
+    check_int(owner, "approximation_rows", approximation_rows, minimum=0)
