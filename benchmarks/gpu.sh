@@ -4,9 +4,9 @@
 #   bash benchmarks/gpu.sh [gpu.py arguments...]
 #
 # The machine has torch, lightning, torchmetrics, scikit-learn, onnx and pytest but no
-# package registry: what else the project needs (jsonargparse and its needs) travels as
-# wheels in the ignored folder .whl/ (benchmarks/README.md says how to fill it), and the
-# project installs with --no-deps. MNIST travels in the ignored folder data/. The records
+# package registry: what else the project needs (jsonargparse and its needs, and a
+# setuptools recent enough to build it) travels as wheels in the ignored folder .whl/
+# (benchmarks/README.md says how to fill it), and the project installs with --no-deps. MNIST travels in the ignored folder data/. The records
 # go to benchmarks/results/gpu.json, and to $OUT when that is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
