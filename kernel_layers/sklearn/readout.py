@@ -20,9 +20,9 @@ import torch
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 
-__all__ = ["ALPHAS", "LooRidge", "fit_loo_ridge"]
+__all__ = ["ALPHAS", "LooRidge", "fit_loo_ridge", "loo_ridge_scores"]
 
-#: The penalties searched, relative to the mean eigenvalue of the centred ``Phi^T Phi / N``.
+#: The penalties searched, relative to the mean eigenvalue of the centred ``Phi^T Phi``.
 ALPHAS = np.logspace(-6, 2, 33)
 
 
@@ -65,6 +65,64 @@ def _temperature(scores: torch.Tensor, codes: torch.Tensor) -> float:
     return float(np.exp(found.x))
 
 
+class _Decomposition:
+    """One eigendecomposition of the centred ``Phi^T Phi``, and what every penalty reuses.
+
+    Attributes:
+        mean (Tensor[J]), target_mean (Tensor[L]): training means of features and targets.
+        s (Tensor[J]), v (Tensor[J, J]): eigenvalues and eigenvectors of ``Phi_c^T Phi_c``.
+        u (Tensor[N, J]): ``Phi_c V``.
+        projected (Tensor[J, L]): ``U^T (Y - mean(Y))``.
+        targets (Tensor[N, L]): the ``{-1, +1}`` targets.
+    """
+
+    def __init__(self, features: np.ndarray, labels: torch.Tensor, classes: int) -> None:
+        phi = torch.as_tensor(features, dtype=torch.float64)
+        self.mean = phi.mean(0)
+        centred = phi - self.mean
+        self.targets = torch.nn.functional.one_hot(labels, classes).to(torch.float64) * 2 - 1
+        self.target_mean = self.targets.mean(0)
+        s, self.v = torch.linalg.eigh(centred.T @ centred)
+        self.s = s.clamp_min(0.0)
+        self.u = centred @ self.v
+        self.projected = self.u.T @ (self.targets - self.target_mean)
+
+    def loo_scores(self, alphas: torch.Tensor) -> torch.Tensor:
+        """Leave-one-out scores ``[A, N, L]``: row ``i``'s scores from the ridge (with
+        intercept) fitted on the other rows, for each penalty of ``alphas [A]``."""
+        n = len(self.u)
+        shrink = 1.0 / (self.s[:, None] + alphas)  # [J, A]
+        hat = 1.0 / n + (self.u * self.u) @ shrink  # [N, A]
+        fitted = self.target_mean + self.u @ (shrink.T[:, :, None] * self.projected)
+        residual = (self.targets - fitted) / (1.0 - hat.T).clamp_min(1e-12)[:, :, None]
+        return self.targets - residual
+
+    def weights(self, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(coef [J, L], intercept [L])`` of the ridge fitted on all rows."""
+        coef = self.v @ (self.projected / (self.s + alpha)[:, None])
+        return coef, self.target_mean - self.mean @ coef
+
+
+def loo_ridge_scores(
+    features: np.ndarray, codes: np.ndarray, classes: int, alphas: np.ndarray
+) -> np.ndarray:
+    """Closed-form leave-one-out scores of the ridge read-out.
+
+    Args:
+        features (ndarray[N, J]): training features.
+        codes (ndarray[N]): integer labels in ``[0, classes)``.
+        classes: number of classes ``L``.
+        alphas (ndarray[A]): penalties (on the unscaled ``Phi^T Phi``, as scikit-learn's
+            ``Ridge(alpha)``).
+
+    Returns:
+        ndarray[A, N, L]: row ``i``'s scores from the ridge fitted without row ``i``.
+    """
+    labels = torch.as_tensor(codes, dtype=torch.long)
+    found = _Decomposition(features, labels, classes)
+    return found.loo_scores(torch.as_tensor(alphas, dtype=torch.float64)).numpy()
+
+
 def fit_loo_ridge(features: np.ndarray, codes: np.ndarray, classes: int) -> LooRidge:
     """Fit the ridge read-out with its penalty chosen by closed-form leave-one-out.
 
@@ -76,31 +134,17 @@ def fit_loo_ridge(features: np.ndarray, codes: np.ndarray, classes: int) -> LooR
     Returns:
         LooRidge: the read-out fitted on all rows with the chosen penalty.
     """
-    phi = torch.as_tensor(features, dtype=torch.float64)
     labels = torch.as_tensor(codes, dtype=torch.long)
-    n = len(phi)
-    mean = phi.mean(0)
-    centred = phi - mean
-    targets = torch.nn.functional.one_hot(labels, classes).to(torch.float64) * 2 - 1
-    target_mean = targets.mean(0)
-    s, v = torch.linalg.eigh(centred.T @ centred)
-    s = s.clamp_min(0.0)
-    u = centred @ v  # [N, J]
-    projected = u.T @ (targets - target_mean)  # [J, L]
-    scale = max(float(s.mean()), float(np.finfo(np.float64).tiny))
+    found = _Decomposition(features, labels, classes)
+    scale = max(float(found.s.mean()), float(np.finfo(np.float64).tiny))
     alphas = torch.as_tensor(ALPHAS * scale, dtype=torch.float64)
-    shrink = 1.0 / (s[:, None] + alphas)  # [J, A]
-    hat = 1.0 / n + (u * u) @ shrink  # [N, A]
-    fitted = target_mean + u @ (shrink.T[:, :, None] * projected)  # [A, N, L]
-    residual = (targets - fitted) / (1.0 - hat.T).clamp_min(1e-12)[:, :, None]
-    loo = targets - residual  # leave-one-out scores [A, N, L]
+    loo = found.loo_scores(alphas)  # [A, N, L]
     accuracy = (loo.argmax(2) == labels).to(torch.float64).mean(1)  # [A]
-    error = (residual**2).mean((1, 2))  # [A]
+    error = ((found.targets - loo) ** 2).mean((1, 2))  # [A]
     # the most accurate penalty; among those, the smallest leave-one-out squared error
     best = int(torch.argmin(torch.where(accuracy == accuracy.max(), error, torch.inf)))
     alpha = float(alphas[best])
-    coef = v @ (shrink[:, best, None] * projected)
-    intercept = target_mean - mean @ coef
+    coef, intercept = found.weights(alpha)
     return LooRidge(
         coef.numpy(),
         intercept.numpy(),
