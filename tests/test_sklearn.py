@@ -280,3 +280,29 @@ def test_features_name_their_outputs_and_take_set_output() -> None:
     frame = fitted.set_output(transform="pandas").transform(x)
     assert isinstance(frame, pandas.DataFrame)
     assert list(frame.columns) == [f"difeatures{i}" for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        (
+            {"readout": "svm"},
+            ValueError,
+            r"argument 'readout' must be one of \['ridge', 'logistic'\]",
+        ),
+        ({"C": 0.0}, ValueError, "argument 'C' must be a finite number > 0"),
+        ({"n_components": 0}, ValueError, "argument 'n_components' must be an integer >= 1"),
+    ],
+)
+def test_bad_classifier_parameters_are_named_at_fit(params, error, match) -> None:
+    x, y = _digits(100)
+    with pytest.raises(error, match="DIClassifier: " + match):
+        DIClassifier(**params).fit(x, y)
+
+
+def test_the_logistic_readout_is_kept_as_an_option() -> None:
+    x, y = _digits(300)
+    clf = DIClassifier(30, max_epochs=2, readout="logistic", C=10.0, random_state=0).fit(x, y)
+    assert clf.readout_.C == 10.0
+    np.testing.assert_allclose(clf.predict_proba(x).sum(1), 1.0, rtol=1e-12)
+    assert clf.score(x, y) > 0.9
