@@ -154,3 +154,155 @@ def test_random_state_and_device_are_checked_at_fit(cls, params, error, match) -
     x, y = _digits(100)
     with pytest.raises(error, match=f"{cls.__name__}: " + match):
         estimator.fit(x, y)
+
+
+# ------------------------------------------------------------------ defaults and read-out
+def _split_digits() -> tuple[np.ndarray, ...]:
+    """The issue's split: 70/30, ``random_state=0``, min-max scaled on the training rows."""
+    x, y = load_digits(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
+    scale = MinMaxScaler().fit(x_train)
+    return scale.transform(x_train), scale.transform(x_test), y_train, y_test
+
+
+def test_default_classifier_matches_svc_on_the_digits_split() -> None:
+    from sklearn.svm import SVC
+
+    x_train, x_test, y_train, y_test = _split_digits()
+    svc = SVC().fit(x_train, y_train).score(x_test, y_test)
+    clf = DIClassifier(random_state=0).fit(x_train, y_train)
+    assert clf.features_.n_components_ == 400  # min(400, 1257 // 3)
+    assert clf.features_.layer_.gamma == pytest.approx(1 / (64 * x_train.var()), rel=1e-12)
+    assert clf.score(x_test, y_test) >= svc
+
+
+@pytest.mark.parametrize(("rows", "j"), [(60, 20), (300, 100), (1500, 400)])
+def test_default_j_follows_the_rows_without_a_warning(rows: int, j: int) -> None:
+    x, y = _digits(rows)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = DIFeatures(max_epochs=1, random_state=0).fit(x, y)
+    assert fitted.n_components_ == j
+    assert fitted.batch_size_ >= 2 * j
+
+
+def test_training_stops_by_the_di_rule_before_max_epochs() -> None:
+    x, y = _digits(200)
+    fitted = DIFeatures(20, max_epochs=300, lr=5e-2, random_state=0).fit(x, y)
+    assert fitted.lr_decay_epochs_  # PlateauDecay divided the lr by 10 at least once
+    assert len(fitted.di_history_) < 300  # DISaturationStopping ended training
+    assert len(fitted.di_history_) > fitted.lr_decay_epochs_[0] + 1
+
+
+def test_closed_form_leave_one_out_equals_refitting_ridge_without_each_row() -> None:
+    from sklearn.linear_model import Ridge
+
+    from kernel_layers.sklearn.readout import loo_ridge_scores
+
+    rng = np.random.default_rng(0)
+    features, codes = rng.normal(size=(25, 6)), np.arange(25) % 3
+    targets = np.eye(3)[codes] * 2 - 1
+    alphas = np.array([1e-3, 0.5, 20.0])
+    loo = loo_ridge_scores(features, codes, 3, alphas)
+    for a, alpha in enumerate(alphas):
+        for i in range(25):
+            keep = np.arange(25) != i
+            ridge = Ridge(alpha=alpha).fit(features[keep], targets[keep])
+            np.testing.assert_allclose(loo[a, i], ridge.predict(features[i : i + 1])[0], rtol=1e-9)
+
+
+def test_ridge_readout_is_ridge_at_the_penalty_chosen() -> None:
+    from sklearn.linear_model import Ridge
+
+    x, y = _digits(300)
+    clf = DIClassifier(50, max_epochs=0, random_state=0).fit(x, y)
+    features = clf.features_.transform(x)
+    reference = Ridge(alpha=clf.readout_.alpha).fit(features, np.eye(10)[y] * 2 - 1)
+    np.testing.assert_allclose(clf.decision_function(x), reference.predict(features), atol=1e-8)
+
+
+def test_predict_proba_is_the_tempered_softmax_minimising_loo_log_loss() -> None:
+    from scipy.special import softmax
+
+    x, y = _digits(300)
+    clf = DIClassifier(50, max_epochs=0, random_state=0).fit(x, y)
+    proba = clf.predict_proba(x)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-12)
+    temperature = clf.readout_.temperature
+    np.testing.assert_allclose(
+        proba, softmax(clf.decision_function(x) / temperature, axis=1), rtol=1e-9
+    )
+    assert (proba.argmax(1) == clf.predict(x)).all()
+
+
+def test_string_labels_come_back_as_strings() -> None:
+    x, y = _digits(300)
+    names = np.array(list("abcdefghij"))[y]
+    clf = DIClassifier(30, max_epochs=2, random_state=0).fit(x, names)
+    assert list(clf.classes_) == list("abcdefghij")
+    assert set(clf.predict(x)) <= set("abcdefghij")
+    assert clf.score(x, names) > 0.8
+    assert clf.decision_function(x).shape == (300, 10)
+    assert clf.predict_proba(x).shape == (300, 10)
+
+
+def test_two_classes_give_one_decision_column_as_scikit_learn() -> None:
+    x, y = _digits(300)
+    keep = y < 2
+    names = np.where(y[keep] == 0, "zero", "one")
+    clf = DIClassifier(20, max_epochs=2, random_state=0).fit(x[keep], names)
+    scores = clf.decision_function(x[keep])
+    assert scores.shape == (keep.sum(),)
+    assert (clf.predict(x[keep]) == clf.classes_[(scores > 0).astype(int)]).all()
+    assert clf.predict_proba(x[keep]).shape == (keep.sum(), 2)
+
+
+@pytest.mark.parametrize("cls", [DIFeatures, DIClassifier])
+def test_feature_names_in_from_a_data_frame(cls) -> None:
+    pandas = pytest.importorskip("pandas")
+    x, y = _digits(200)
+    columns = [f"pixel{i}" for i in range(64)]
+    fitted = cls(20, max_epochs=1, random_state=0).fit(pandas.DataFrame(x, columns=columns), y)
+    assert list(fitted.feature_names_in_) == columns
+    with pytest.warns(UserWarning, match="fitted with feature names"):
+        fitted.predict(x) if cls is DIClassifier else fitted.transform(x)
+
+
+def test_features_name_their_outputs_and_take_set_output() -> None:
+    x, y = _digits(200)
+    fitted = DIFeatures(12, max_epochs=1, random_state=0).set_output(transform="default")
+    out = fitted.fit(x, y).transform(x)
+    assert isinstance(out, np.ndarray) and out.shape == (200, 12)
+    assert list(fitted.get_feature_names_out()) == [f"difeatures{i}" for i in range(12)]
+    pandas = pytest.importorskip("pandas")
+    frame = fitted.set_output(transform="pandas").transform(x)
+    assert isinstance(frame, pandas.DataFrame)
+    assert list(frame.columns) == [f"difeatures{i}" for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        (
+            {"readout": "svm"},
+            ValueError,
+            r"argument 'readout' must be one of \['ridge', 'logistic'\]",
+        ),
+        ({"C": 0.0}, ValueError, "argument 'C' must be a finite number > 0"),
+        ({"n_components": 0}, ValueError, "argument 'n_components' must be an integer >= 1"),
+    ],
+)
+def test_bad_classifier_parameters_are_named_at_fit(params, error, match) -> None:
+    x, y = _digits(100)
+    with pytest.raises(error, match="DIClassifier: " + match):
+        DIClassifier(**params).fit(x, y)
+
+
+def test_the_logistic_readout_is_kept_as_an_option() -> None:
+    x, y = _digits(300)
+    clf = DIClassifier(30, max_epochs=2, readout="logistic", C=10.0, random_state=0).fit(x, y)
+    assert clf.readout_.C == 10.0
+    np.testing.assert_allclose(clf.predict_proba(x).sum(1), 1.0, rtol=1e-12)
+    assert clf.score(x, y) > 0.9

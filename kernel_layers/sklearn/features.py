@@ -1,21 +1,12 @@
-"""scikit-learn estimators: DI-trained kernel features without a training loop.
+"""The scikit-learn transformer :class:`DIFeatures` and what both estimators share: the
+parameter checks, the sizes ``(J, batch)`` taken from the number of rows, and the
+training loop (Adam on ``-DI``, stopped by the DI paper's rule).
 
-* :class:`DIFeatures` — a transformer: ``fit(X, y)`` learns a Nyström or random Fourier
-  map by maximising the Discriminant Information of mini-batches; ``transform(X)``
-  returns the ``n_components`` features.
-* :class:`DIClassifier` — that map followed by a linear read-out (multinomial logistic
-  regression): ``predict``, ``predict_proba``, ``decision_function``, ``score``.
-
-Both take and return NumPy arrays (float64 throughout, as scikit-learn's own kernel
-approximations), print nothing, and work inside ``Pipeline`` and ``GridSearchCV``.
-Training is a plain PyTorch loop (Adam on ``-DI``), seeded by ``random_state``.
-
-Example:
-    >>> from sklearn.datasets import load_digits
-    >>> X, y = load_digits(return_X_y=True)
-    >>> clf = DIClassifier(n_components=100, gamma=0.02 / 256, random_state=0).fit(X, y)
-    >>> clf.score(X, y) > 0.9
-    True
+The rule is the one of the Lightning recipes, run by the same callbacks:
+:class:`~kernel_layers.callbacks.PlateauDecay` multiplies the learning rate by 0.1 when the
+epoch's mean DI stops improving for ``PATIENCE`` epochs, and
+:class:`~kernel_layers.callbacks.DISaturationStopping` stops training when DI fails to
+improve after a decay; ``max_epochs`` caps the epochs.
 """
 
 from __future__ import annotations
@@ -26,28 +17,41 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
-from sklearn.linear_model import LogisticRegression
+from lightning.pytorch.trainer.states import TrainerFn
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers._validation import check_choice, check_int, check_positive, check_torch_device
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.selection.gamma import gamma_heuristic
 
-__all__ = ["MAPS", "DIClassifier", "DIFeatures"]
+__all__ = [
+    "DEFAULT_COMPONENTS",
+    "MAPS",
+    "DIFeatures",
+    "as_random_state",
+    "check_params",
+    "default_components",
+]
 
 #: Kernel maps :class:`DIFeatures` can learn.
 MAPS = ("nystrom", "fourier")
 #: The paper's batch size for ``J <= 500``; ``2 J`` above (capped at the data size).
 DEFAULT_BATCH = 1000
+#: ``n_components=None`` takes ``min(DEFAULT_COMPONENTS, rows // 3)`` (at least 1), so that
+#: the default batch ``min(max(1000, 2 J), rows)`` stays at least ``2 J``.
+DEFAULT_COMPONENTS = 400
+#: Epochs without a better mean DI before the learning rate is multiplied by 0.1.
+PATIENCE = 3
 
 
-def _random_state(owner: str, random_state: object) -> np.random.RandomState:
+def as_random_state(owner: str, random_state: object) -> np.random.RandomState:
     """``random_state`` as scikit-learn reads it (:func:`sklearn.utils.check_random_state`:
     ``None``, an int or a ``RandomState``), or a clear error.
 
@@ -73,7 +77,7 @@ def _random_state(owner: str, random_state: object) -> np.random.RandomState:
     return rng
 
 
-def _check_params(estimator: DIFeatures | DIClassifier) -> torch.device:
+def check_params(estimator: Any) -> torch.device:
     """The checks of the estimators' parameters at ``fit`` (``__init__`` only stores
     them, as scikit-learn wants); the device to train on.
 
@@ -82,7 +86,9 @@ def _check_params(estimator: DIFeatures | DIClassifier) -> torch.device:
         ValueError: a parameter out of range, or ``batch_size <= n_components``.
     """
     owner = type(estimator).__name__
-    j = check_int(owner, "n_components", estimator.n_components)
+    j = DEFAULT_COMPONENTS
+    if estimator.n_components is not None:
+        j = check_int(owner, "n_components", estimator.n_components)
     check_choice(owner, "map", estimator.map, MAPS)
     check_int(owner, "max_epochs", estimator.max_epochs, minimum=0)
     if estimator.batch_size is not None:
@@ -95,17 +101,28 @@ def _check_params(estimator: DIFeatures | DIClassifier) -> torch.device:
             )
     check_positive(owner, "lr", estimator.lr)
     check_positive(owner, "rho", estimator.rho)
-    _random_state(owner, estimator.random_state)
+    as_random_state(owner, estimator.random_state)
     if estimator.gamma is not None:
         check_positive(owner, "gamma", estimator.gamma)
     return check_torch_device(owner, "device", estimator.device)
 
 
-def _train_sizes(owner: str, requested: int | None, rows: int, width: int) -> tuple[int, int]:
-    """``(J, batch)`` that DI trains with on ``rows`` rows: the batch is ``batch_size``
+def default_components(rows: int) -> int:
+    """``J`` for ``n_components=None`` on ``rows`` training rows:
+    ``min(DEFAULT_COMPONENTS, rows // 3)``, at least 1."""
+    return max(1, min(DEFAULT_COMPONENTS, rows // 3))
+
+
+def _train_sizes(
+    owner: str, requested: int | None, rows: int, width: int | None
+) -> tuple[int, int]:
+    """``(J, batch)`` that DI trains with on ``rows`` rows: ``J`` is ``width`` (``None``:
+    ``min(DEFAULT_COMPONENTS, rows // 3)``); the batch is ``batch_size``
     (default ``max(1000, 2 J)``) capped at the rows; where that cap leaves a batch not
     larger than ``J`` (or, by default, below ``2 J``), ``J`` is lowered to half the batch,
     with a warning naming both values."""
+    if width is None:
+        width = default_components(rows)
     wanted = requested if requested is not None else max(DEFAULT_BATCH, 2 * width)
     batch = max(2, min(wanted, rows))
     enough = batch > width if requested is not None else batch >= 2 * width
@@ -122,12 +139,13 @@ def _train_sizes(owner: str, requested: int | None, rows: int, width: int) -> tu
     return chosen, batch
 
 
-class DIFeatures(TransformerMixin, BaseEstimator):
+class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Kernel features learned with the Discriminant Information criterion.
 
     Args:
         n_components: number of features ``J`` (Nyström: landmarks, at most the number
-            of training rows, as scikit-learn's ``Nystroem``). DI needs batches well
+            of training rows, as scikit-learn's ``Nystroem``); ``None``:
+            ``min(400, rows // 3)``. DI needs batches well
             above ``J``: where the training rows cap the batch below ``2 J`` (below
             ``J + 1`` with an explicit ``batch_size``), ``fit`` lowers ``J`` to half the
             batch and warns with both values (``n_components_``, ``batch_size_``).
@@ -135,7 +153,8 @@ class DIFeatures(TransformerMixin, BaseEstimator):
             Fourier frequencies and phases).
         kernel: a kernel name of :func:`kernel_layers.available_kernels`.
         gamma: kernel parameter; ``None`` uses ``1 / (n_features * X.var())``.
-        max_epochs: passes of Adam over the training data (``0``: the untrained map).
+        max_epochs: at most this many passes of Adam over the training data (``0``: the
+            untrained map); the DI paper's rule (see the module) usually stops earlier.
         batch_size: rows per DI step, larger than ``n_components``; ``None``:
             ``max(1000, 2 J)``; capped at the training rows.
         lr: Adam's learning rate.
@@ -154,20 +173,27 @@ class DIFeatures(TransformerMixin, BaseEstimator):
         n_components_ (int): the ``J`` used (see ``n_components``).
         batch_size_ (int): the rows per DI step used (``0``: no training).
         di_history_ (list[float]): mean DI of each epoch.
+        lr_decay_epochs_ (list[int]): epochs after which the learning rate was divided
+            by 10.
+        feature_names_in_ (ndarray): column names of ``X`` when it has string names
+            (a pandas DataFrame).
+
+    ``get_feature_names_out()`` names the features ``difeatures0, difeatures1, ...``, so
+    ``set_output(transform="pandas")`` works.
     """
 
     def __init__(
         self,
-        n_components: int = 100,
+        n_components: int | None = None,
         *,
         map: str = "nystrom",
         kernel: str = "gaussian",
         gamma: float | None = None,
-        max_epochs: int = 20,
+        max_epochs: int = 10,
         batch_size: int | None = None,
-        lr: float = 1e-2,
+        lr: float = 3e-3,
         rho: float = DEFAULT_RHO,
-        random_state: int | None = None,
+        random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
     ) -> None:
         self.n_components = n_components
@@ -188,14 +214,14 @@ class DIFeatures(TransformerMixin, BaseEstimator):
             TypeError, ValueError: a parameter of the wrong type or out of range (named),
                 ``batch_size <= n_components``, or a ``device`` this machine lacks.
         """
-        device = _check_params(self)
+        device = check_params(self)
         owner = type(self).__name__
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
         codes = torch.as_tensor(encoder.transform(y), dtype=torch.long)
-        seed = int(_random_state(owner, self.random_state).randint(2**31 - 1))
+        seed = int(as_random_state(owner, self.random_state).randint(2**31 - 1))
         generator = torch.Generator().manual_seed(seed)
         x = torch.tensor(X, dtype=torch.float64)  # a copy: X may be read-only
         gamma = self.gamma if self.gamma is not None else _safe_gamma(X)
@@ -203,7 +229,7 @@ class DIFeatures(TransformerMixin, BaseEstimator):
         if trains:
             width, batch = _train_sizes(owner, self.batch_size, len(x), self.n_components)
         else:  # the untrained map: as many landmarks as rows at most (as Nystroem)
-            width, batch = self.n_components, 0
+            width, batch = self.n_components or default_components(len(x)), 0
         if self.map == "nystrom":
             width = min(width, len(x))
             layer: torch.nn.Module = NystromLayer.from_data(
@@ -215,6 +241,7 @@ class DIFeatures(TransformerMixin, BaseEstimator):
             )
         layer = layer.to(device)
         self.di_history_: list[float] = []
+        self.lr_decay_epochs_: list[int] = []
         if trains:
             self._train(layer, x.to(device), codes.to(device), generator, batch)
         self.layer_ = layer.eval()
@@ -233,12 +260,17 @@ class DIFeatures(TransformerMixin, BaseEstimator):
         optimizer = torch.optim.Adam(layer.parameters(), lr=self.lr)
         classes = len(self.classes_)
         train = getattr(layer, "discriminant_information", None)
-        for _ in range(self.max_epochs):
+        assert callable(train)
+        loop = _EpochLoop(optimizer)
+        decay = PlateauDecay(patience=PATIENCE, verbose=False)
+        stop = DISaturationStopping()
+        for epoch in range(self.max_epochs):
+            loop.current_epoch = epoch
+            stop.on_train_epoch_start(loop, None)  # type: ignore[arg-type]
             order = torch.randperm(len(x), generator=gen).to(x.device)
             total, rows = 0.0, 0
             for start in range(0, len(x) - batch + 1, batch):
                 index = order[start : start + batch]
-                assert callable(train)
                 di = train(x[index], y[index], rho=self.rho, num_classes=classes)
                 optimizer.zero_grad()
                 (-di).backward()
@@ -246,6 +278,12 @@ class DIFeatures(TransformerMixin, BaseEstimator):
                 total += float(di.detach()) * len(index)
                 rows += len(index)
             self.di_history_.append(total / max(rows, 1))
+            loop.callback_metrics = {"train/di_epoch": self.di_history_[-1]}
+            decay.on_train_epoch_end(loop, None)  # type: ignore[arg-type]
+            stop.on_train_epoch_end(loop, None)  # type: ignore[arg-type]
+            if loop.should_stop:
+                break
+        self.lr_decay_epochs_ = list(decay.decay_epochs)
 
     def transform(self, X: Any) -> np.ndarray:
         """The learned features ``[n_samples, n_components_]`` (float64)."""
@@ -256,10 +294,43 @@ class DIFeatures(TransformerMixin, BaseEstimator):
             features = self.layer_(torch.tensor(X, dtype=torch.float64, device=device))
         return features.cpu().numpy()
 
+    @property
+    def _n_features_out(self) -> int:
+        """Number of output features (read by ``get_feature_names_out``)."""
+        return int(self.n_components_)
+
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.target_tags.required = True  # supervised: fit needs y
         return tags
+
+
+class _EpochLoop:
+    """What :class:`PlateauDecay` and :class:`DISaturationStopping` read of a Lightning
+    ``Trainer``, for the estimators' plain loop (one process, always fitting)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizers = [optimizer]
+        self.lr_scheduler_configs: list[Any] = []
+        self.state = _FITTING
+        self.sanity_checking = False
+        self.fast_dev_run = False
+        self.callback_metrics: dict[str, float] = {}
+        self.current_epoch = 0
+        self.should_stop = False
+        self.strategy = self
+
+    @staticmethod
+    def reduce_boolean_decision(decision: bool, all: bool = True) -> bool:
+        """One process: its own decision."""
+        return decision
+
+
+class _Fitting:
+    fn = TrainerFn.FITTING
+
+
+_FITTING = _Fitting()
 
 
 def _safe_gamma(X: np.ndarray) -> float:
@@ -268,75 +339,3 @@ def _safe_gamma(X: np.ndarray) -> float:
         return gamma_heuristic(X)
     except ValueError:
         return 1.0
-
-
-class DIClassifier(ClassifierMixin, BaseEstimator):
-    """A DI-trained kernel map followed by multinomial logistic regression.
-
-    Args: those of :class:`DIFeatures`, plus ``C``, the inverse regularisation of the
-    logistic read-out (scikit-learn's).
-
-    Attributes:
-        features_ (DIFeatures): the fitted map.
-        readout_ (LogisticRegression): the fitted read-out.
-        classes_ (ndarray): the labels seen in ``fit``.
-    """
-
-    def __init__(
-        self,
-        n_components: int = 100,
-        *,
-        map: str = "nystrom",
-        kernel: str = "gaussian",
-        gamma: float | None = None,
-        max_epochs: int = 20,
-        batch_size: int | None = None,
-        lr: float = 1e-2,
-        rho: float = DEFAULT_RHO,
-        C: float = 1.0,
-        random_state: int | None = None,
-        device: str = "cpu",
-    ) -> None:
-        self.n_components = n_components
-        self.map = map
-        self.kernel = kernel
-        self.gamma = gamma
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.rho = rho
-        self.C = C
-        self.random_state = random_state
-        self.device = device
-
-    def fit(self, X: Any, y: Any) -> DIClassifier:
-        """Learn the map, then the read-out on its features.
-
-        Raises:
-            TypeError, ValueError: as :meth:`DIFeatures.fit`, naming this estimator.
-        """
-        _check_params(self)
-        check_positive(type(self).__name__, "C", self.C)
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        params = {k: v for k, v in self.get_params().items() if k != "C"}
-        self.features_ = DIFeatures(**params).fit(X, y)
-        self.classes_ = self.features_.classes_
-        features = self.features_.transform(X)
-        self.readout_ = LogisticRegression(C=self.C, max_iter=1000).fit(features, y)
-        return self
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "readout_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.readout_.decision_function(self.features_.transform(X))
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "readout_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.readout_.predict_proba(self.features_.transform(X))
-
-    def predict(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "readout_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.readout_.predict(self.features_.transform(X))
