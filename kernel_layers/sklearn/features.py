@@ -266,7 +266,7 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         stop = DISaturationStopping()
         for epoch in range(self.max_epochs):
             loop.current_epoch = epoch
-            stop.on_train_epoch_start(loop, None)  # type: ignore[arg-type]
+            stop.on_train_epoch_start(loop, None)  # a stand-in for the Trainer
             order = torch.randperm(len(x), generator=gen).to(x.device)
             total, rows = 0.0, 0
             for start in range(0, len(x) - batch + 1, batch):
@@ -279,8 +279,8 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 rows += len(index)
             self.di_history_.append(total / max(rows, 1))
             loop.callback_metrics = {"train/di_epoch": self.di_history_[-1]}
-            decay.on_train_epoch_end(loop, None)  # type: ignore[arg-type]
-            stop.on_train_epoch_end(loop, None)  # type: ignore[arg-type]
+            decay.on_train_epoch_end(loop, None)  # a stand-in for the Trainer
+            stop.on_train_epoch_end(loop, None)  # a stand-in for the Trainer
             if loop.should_stop:
                 break
         self.lr_decay_epochs_ = list(decay.decay_epochs)
