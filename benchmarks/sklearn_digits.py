@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ),
         "commit": _commit(),
         "machine": (
-            f"{os.cpu_count()}-core {platform.machine()} CPU, shared, torch {torch.__version__}"
+            f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"
         ),
         "date": time.strftime("%Y-%m-%d"),
     }
