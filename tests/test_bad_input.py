@@ -778,3 +778,40 @@ def test_a_truncated_checkpoint_is_refused_naming_it(fitted_checkpoint: Any) -> 
         path.write_bytes(data[: int(len(data) * fraction)])
         with pytest.raises(ValueError, match=r"checkpoint '.*truncated\.ckpt' is not a readable"):
             KernelClassifier.load_from_checkpoint(path)
+
+
+# ---------------------------------------------------------------- hostile or mismatched sources
+def test_a_checkpoint_that_would_run_code_is_refused_unread(tmp_path: Any) -> None:
+    from hostile import write_code_running_checkpoint
+
+    path, marker = tmp_path / "evil.ckpt", tmp_path / "ran"
+    write_code_running_checkpoint(path, marker)
+    with pytest.raises(ValueError, match=r"checkpoint '.*evil\.ckpt' refused: it holds Python"):
+        KernelClassifier.load_from_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_an_unreachable_checkpoint_url_is_named() -> None:
+    url = "http://127.0.0.1:9/none.ckpt"  # the discard port: nothing listens there
+    with pytest.raises(OSError, match=r"could not read the checkpoint URL 'http://127\.0\.0\.1:9"):
+        KernelClassifier.load_from_checkpoint(url)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_layer_other_than_the_checkpoints_is_refused_in_both_loads(
+    fitted_checkpoint: Any,
+) -> None:
+    import lightning as L
+
+    path = fitted_checkpoint / "good.ckpt"
+    with pytest.raises(
+        ValueError, match=r"kernel_layer\.init_args\.gamma: checkpoint 0\.5, argument 2"
+    ):
+        KernelClassifier.load_from_checkpoint(path, kernel_layer=NystromLayer(4, 6, gamma=2.0))
+    other = KernelClassifier(NystromLayer(4, 6, gamma=2.0, seed=0), num_classes=3)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    dm = TensorDataModule(X, Y, X, Y, batch_size=20, val_fraction=0.0)
+    with pytest.raises(
+        ValueError, match=r"kernel_layer\.init_args\.gamma: checkpoint 0\.5, model 2"
+    ):
+        trainer.test(other, dm, ckpt_path=path, verbose=False)
