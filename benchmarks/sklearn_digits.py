@@ -117,9 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ]
         ),
         "commit": _commit(),
-        "machine": (
-            f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"
-        ),
+        "machine": (f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"),
         "date": time.strftime("%Y-%m-%d"),
     }
     stored = json.loads(args.output.read_text()) if args.output.exists() else {"records": []}
