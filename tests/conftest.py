@@ -34,17 +34,20 @@ _LOGGER_AT_START = (
 )
 
 
+def _reset_package_logger() -> None:
+    handlers, level, propagate = _LOGGER_AT_START
+    _PACKAGE_LOGGER.handlers[:] = handlers
+    _PACKAGE_LOGGER.level, _PACKAGE_LOGGER.propagate = level, propagate
+
+
 @pytest.fixture(autouse=True)
 def _restore_package_logger() -> Iterator[None]:
     """Undo what an in-process CLI run (in a test or a module-scoped fixture) does to the
     ``kernel_layers`` logger (its own handler, no propagation), so that every test's
     ``caplog`` sees the package's records."""
-    handlers, level, propagate = _LOGGER_AT_START
-    _PACKAGE_LOGGER.handlers[:], _PACKAGE_LOGGER.level = handlers, level
-    _PACKAGE_LOGGER.propagate = propagate
+    _reset_package_logger()
     yield
-    _PACKAGE_LOGGER.handlers[:], _PACKAGE_LOGGER.level = handlers, level
-    _PACKAGE_LOGGER.propagate = propagate
+    _reset_package_logger()
 
 
 #: The devices the behavioural tests run on: the CPU always, CUDA where a GPU exists (the

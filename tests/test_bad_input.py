@@ -678,7 +678,8 @@ def test_training_and_estimator_inputs(
 # ---------------------------------------------------------------- damaged or edited checkpoints
 @pytest.fixture(scope="module")
 def fitted_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A one-epoch ``NystromLayer(4, 6)`` model's checkpoint (as bytes) and its folder."""
+    """The folder holding ``good.ckpt``, a one-epoch ``NystromLayer(4, 6)`` model's
+    checkpoint."""
     import lightning as L
 
     folder = tmp_path_factory.mktemp("ckpt")
@@ -799,19 +800,16 @@ def test_an_unreachable_checkpoint_url_is_named() -> None:
 
 @pytest.mark.filterwarnings("ignore")
 def test_a_layer_other_than_the_checkpoints_is_refused_in_both_loads(
-    fitted_checkpoint: Any,
+    fitted_checkpoint: Any, make_trainer: Callable[..., Any]
 ) -> None:
-    import lightning as L
-
     path = fitted_checkpoint / "good.ckpt"
     with pytest.raises(
         ValueError, match=r"kernel_layer\.init_args\.gamma: checkpoint 0\.5, argument 2"
     ):
         KernelClassifier.load_from_checkpoint(path, kernel_layer=NystromLayer(4, 6, gamma=2.0))
     other = KernelClassifier(NystromLayer(4, 6, gamma=2.0, seed=0), num_classes=3)
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
     dm = TensorDataModule(X, Y, X, Y, batch_size=20, val_fraction=0.0)
     with pytest.raises(
         ValueError, match=r"kernel_layer\.init_args\.gamma: checkpoint 0\.5, model 2"
     ):
-        trainer.test(other, dm, ckpt_path=path, verbose=False)
+        make_trainer().test(other, dm, ckpt_path=path, verbose=False)
