@@ -82,10 +82,8 @@ class _Decomposition:
         centred = phi - self.mean
         self.targets = torch.nn.functional.one_hot(labels, classes).to(torch.float64) * 2 - 1
         self.target_mean = self.targets.mean(0)
-        # NumPy's LAPACK: torch's multithreaded eigh at J ~ 400 took seconds instead of
-        # hundredths on a busy 2-core machine
-        s, v = np.linalg.eigh((centred.T @ centred).numpy())
-        self.s, self.v = torch.from_numpy(s).clamp_min(0.0), torch.from_numpy(v)
+        s, v = torch.linalg.eigh(centred.T @ centred)
+        self.s, self.v = s.clamp_min(0.0), v
         self.u = centred @ self.v
         self.projected = self.u.T @ (self.targets - self.target_mean)
 
