@@ -2,8 +2,8 @@
 
 ``import kernel_layers`` loads torch only: the layers, kernels and objectives are
 plain PyTorch. Names that need Lightning, torchmetrics or scikit-learn
-(``KernelClassifier``, ``KernelApproximationError``, the backbones, ``select_gamma``)
-are imported on first use, through the module ``__getattr__`` below.
+(``KernelClassifier``, ``KernelRegressor``, ``KernelApproximationError``, the backbones,
+``select_gamma``) are imported on first use, through the module ``__getattr__`` below.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs
     )
     from kernel_layers.training.heads import RidgeHead
     from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.regression import KernelRegressor
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _EXPORTS: dict[str, str] = {
@@ -55,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "KernelApproximationError": "kernel_layers.kernels.approximation",
     "KernelClassifier": "kernel_layers.training.module",
     "KernelFeatureMap": "kernel_layers.layers.base",
+    "KernelRegressor": "kernel_layers.training.regression",
     "NystromLayer": "kernel_layers.layers.nystrom",
     "ResNet18Backbone": "kernel_layers.training.backbones",
     "RidgeHead": "kernel_layers.training.heads",
@@ -88,6 +90,7 @@ __all__ = [
     "KernelApproximationError",
     "KernelClassifier",
     "KernelFeatureMap",
+    "KernelRegressor",
     "NystromLayer",
     "ResNet18Backbone",
     "RidgeHead",

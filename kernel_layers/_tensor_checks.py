@@ -18,6 +18,7 @@ __all__ = [
     "check_dtype",
     "check_features",
     "check_finite",
+    "check_float_targets",
     "check_labels",
     "check_matrix",
     "check_torch_device",
@@ -317,3 +318,45 @@ def check_torch_device(owner: str, name: str, value: object) -> torch.device:
             f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
         ) from err
     return device
+
+
+def check_float_targets(owner: str, name: str, targets: object, num_targets: int) -> Tensor:
+    """Check regression targets: a float ``Tensor[B]`` (one target) or ``Tensor[B, L]``.
+
+    Args:
+        owner: the model or function name used in messages.
+        name: the argument name used in messages.
+        targets (Tensor[B] | Tensor[B, L]): the targets.
+        num_targets: the number of targets ``L``.
+
+    Returns:
+        Tensor[B, L]: ``targets`` (a ``[B]`` tensor as one column).
+
+    Raises:
+        TypeError: ``targets`` is not a tensor of a floating dtype (integer labels given
+            to a regressor, bool, complex).
+        ValueError: a shape other than ``[B, L]`` (or ``[B]`` for ``L = 1``), or a NaN /
+            Inf target.
+    """
+    expected = f"float targets of shape [B, {num_targets}]" + (
+        " or [B]" if num_targets == 1 else ""
+    )
+    if not isinstance(targets, Tensor):
+        raise TypeError(
+            f"{owner}: argument '{name}' must be a tensor of {expected}, "
+            f"got {type(targets).__name__}"
+        )
+    if not targets.is_floating_point():
+        raise TypeError(
+            f"{owner}: argument '{name}' must be {expected}, got dtype {targets.dtype} "
+            "(a regressor takes real-valued targets: convert them with .float(); for class "
+            "labels use KernelClassifier)"
+        )
+    if targets.ndim == 1 and num_targets == 1:
+        targets = targets[:, None]
+    if targets.ndim != 2 or targets.shape[1] != num_targets:
+        raise ValueError(
+            f"{owner}: argument '{name}' must be {expected}, got shape {list(targets.shape)}"
+        )
+    check_finite(owner, name, targets)
+    return targets

@@ -90,7 +90,10 @@ class ArrayDataModule(PredictSource, LightningDataModule):
         drop_last: drop the incomplete last training batch.
 
     Attributes:
-        num_classes (int): number of classes (known before :meth:`setup`).
+        num_classes (int): number of classes (known before :meth:`setup`; ``0`` for
+            float targets).
+        num_targets (int | None): ``None`` for labels; the width ``L`` of float
+            targets ``y (Tensor[N, L])`` (regression).
         in_features (int): flattened feature dimension ``D`` (known before :meth:`setup`).
         input_shape (tuple[int, ...]): shape of one sample, ``(D,)`` or ``(C, H, W)``.
         batch_size (int): the resolved batch size.
@@ -102,6 +105,8 @@ class ArrayDataModule(PredictSource, LightningDataModule):
     """
 
     num_classes: int
+    #: ``None``: integer labels; else the width ``L`` of float targets (regression).
+    num_targets: int | None = None
     in_features: int
     input_shape: tuple[int, ...]
     #: ``(C, H, W)`` of image data sets (also when served flattened), else ``None``.
@@ -234,8 +239,13 @@ class ArrayDataModule(PredictSource, LightningDataModule):
     ) -> None:
         """Split validation rows off, fit the scaler on the training rows, build datasets."""
         sizes = {"in_features": self.in_features, "num_classes": self.num_classes}
-        x_train, y_train = check_arrays(self._name, x_train, y_train, "train", **sizes)
-        x_test, y_test = check_arrays(self._name, x_test, y_test, "test", **sizes)
+        targets = self.num_targets
+        x_train, y_train = check_arrays(
+            self._name, x_train, y_train, "train", **sizes, num_targets=targets
+        )
+        x_test, y_test = check_arrays(
+            self._name, x_test, y_test, "test", **sizes, num_targets=targets
+        )
         val_idx, fit_idx = validation_split(self._name, len(x_train), self.val_fraction, self.seed)
         x_fit = x_train[fit_idx]
         self._fit_scaler(x_fit)
@@ -332,7 +342,8 @@ class ArrayDataModule(PredictSource, LightningDataModule):
         """Training labels (calls :meth:`setup` if needed).
 
         Returns:
-            Tensor[N]: int64 labels in ``[0, num_classes)``.
+            Tensor[N] | Tensor[N, L]: int64 labels in ``[0, num_classes)``, or float32
+            targets when ``num_targets`` is set.
         """
         self.setup()
         assert self.train_dataset is not None

@@ -10,6 +10,7 @@ __all__ = [
     "check_arrays",
     "check_feature_values",
     "check_label_values",
+    "check_target_values",
     "split_seeds",
     "validation_split",
 ]
@@ -80,6 +81,37 @@ def check_label_values(owner: str, what: str, y: np.ndarray, num_classes: int | 
         )
 
 
+def check_target_values(owner: str, what: str, y: np.ndarray) -> np.ndarray:
+    """Raise unless ``y`` holds real, finite regression targets that float32 can hold.
+
+    Args:
+        owner: the data module's name for messages.
+        what: what ``y`` is, for messages.
+        y (np.ndarray[N] | np.ndarray[N, L]): targets.
+
+    Returns:
+        np.ndarray[N, L]: ``y`` as float32 (a ``[N]`` array as one column).
+
+    Raises:
+        TypeError: not a real dtype (strings, objects, complex, datetime).
+        ValueError: not 1-D or 2-D, NaN / Inf, or a magnitude beyond float32's range.
+    """
+    if y.dtype.kind not in REAL_KINDS:
+        raise TypeError(f"{owner}: {what} must hold real-valued targets, got dtype {y.dtype}")
+    if y.ndim not in (1, 2):
+        raise ValueError(f"{owner}: {what} must have shape [N] or [N, L], got {list(y.shape)}")
+    y = y.reshape(len(y), -1)
+    if y.size and not np.all(np.isfinite(y)):
+        raise ValueError(f"{owner}: {what} contain NaN or Inf")
+    limit = float(np.finfo(np.float32).max)
+    if y.size and float(np.max(np.abs(y))) > limit:
+        raise ValueError(
+            f"{owner}: {what} must have |value| <= {limit:.4g} (stored as float32), got max "
+            f"|value| = {float(np.max(np.abs(y))):.4g}"
+        )
+    return y.astype(np.float32)
+
+
 def split_seeds(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
     """Independent generators for the train/test split and the validation split."""
     test_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
@@ -87,7 +119,14 @@ def split_seeds(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
 
 
 def check_arrays(
-    owner: str, x: np.ndarray, y: np.ndarray, split: str, *, in_features: int, num_classes: int
+    owner: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    split: str,
+    *,
+    in_features: int,
+    num_classes: int,
+    num_targets: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Flatten and check the raw arrays of one split.
 
@@ -98,9 +137,13 @@ def check_arrays(
         split: the split's name for messages.
         in_features: flattened feature dimension ``D``.
         num_classes: number of classes.
+        num_targets: ``None`` for labels; else ``y`` holds float targets
+            (``np.ndarray[N, num_targets]``, or ``[N]`` for one) and ``num_classes`` is
+            ignored.
 
     Returns:
-        tuple: ``x (np.ndarray[N, D])`` and ``y (np.ndarray[N])`` as int64.
+        tuple: ``x (np.ndarray[N, D])`` and ``y``: ``np.ndarray[N]`` as int64, or float
+        targets ``np.ndarray[N, L]`` as float32.
 
     Raises:
         TypeError: features or labels that are not real numbers.
@@ -116,6 +159,15 @@ def check_arrays(
         raise ValueError(
             f"{owner}: {split} features must have {in_features} columns, got {x.shape[1]}"
         )
+    if num_targets is not None:
+        check_feature_values(owner, f"{split} features", x)
+        targets = check_target_values(owner, f"{split} targets", y)
+        if len(targets) != len(x) or targets.shape[1] != num_targets:
+            raise ValueError(
+                f"{owner}: {split} targets must have shape [{len(x)}, {num_targets}], "
+                f"got {list(y.shape)}"
+            )
+        return x, targets
     if y.ndim != 1 or len(y) != len(x):
         raise ValueError(f"{owner}: {split} labels must have shape [{len(x)}], got {list(y.shape)}")
     check_label_values(owner, f"{split} labels", y, num_classes)

@@ -11,7 +11,11 @@ from torch import Tensor
 
 from kernel_layers._validation import check_positive
 from kernel_layers.data.base import ArrayDataModule, RawArrays
-from kernel_layers.data.splits import check_feature_values, check_label_values
+from kernel_layers.data.splits import (
+    check_feature_values,
+    check_label_values,
+    check_target_values,
+)
 
 __all__ = ["TensorDataModule"]
 
@@ -23,13 +27,19 @@ class TensorDataModule(ArrayDataModule):
         x_train (Tensor[N, *S] | np.ndarray): raw training features of sample shape ``S``:
             real numbers (bool, integer or float) with ``|value| <=``
             :data:`~kernel_layers.data.splits.MAX_RAW_MAGNITUDE`.
-        y_train (Tensor[N] | np.ndarray): integer training labels in ``[0, num_classes)``.
+        y_train (Tensor[N] | np.ndarray): integer training labels in ``[0, num_classes)``;
+            with ``float_targets``, real targets ``[N]`` or ``[N, L]`` (regression).
         x_test (Tensor[M, *S] | np.ndarray): raw test features.
-        y_test (Tensor[M] | np.ndarray): integer test labels.
+        y_test (Tensor[M] | np.ndarray): integer test labels (float targets of the same
+            width with ``float_targets``).
         num_classes: number of classes. ``None`` infers it from the labels of both
             splits, which must then be the contiguous classes ``0..L-1``, each present
             (``L`` classes); other labels (``{0, 1, 255}``, ``1e9``) need an explicit
             ``num_classes`` (labels in ``[0, num_classes)``) or a mapping to ``0..L-1``.
+            Ignored with ``float_targets`` (``num_classes`` is then ``0``).
+        float_targets: the targets are real numbers, served unscaled as float32
+            ``Tensor[N, L]`` (:attr:`num_targets` ``= L``), for
+            :class:`~kernel_layers.KernelRegressor`.
         pixel_max: the largest pixel value in the units of ``x_train`` (e.g. ``255``
             for 8-bit pixels, ``1.0`` for pixels in ``[0, 1]``), for image data: the
             pixels of an image folder given to ``predict`` are converted to these units.
@@ -41,7 +51,8 @@ class TensorDataModule(ArrayDataModule):
         TypeError: features or labels that are not real numbers (strings, objects,
             complex or datetime values).
         ValueError: a meta or sparse tensor, features that are NaN / Inf or too large,
-            or labels that are not integers in range (each message names the argument).
+            labels that are not integers in range, or float targets that are NaN / Inf
+            or of different widths (each message names the argument).
     """
 
     def __init__(
@@ -53,6 +64,7 @@ class TensorDataModule(ArrayDataModule):
         *,
         num_classes: int | None = None,
         pixel_max: float | None = None,
+        float_targets: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -68,14 +80,31 @@ class TensorDataModule(ArrayDataModule):
             )
         for name, array in zip(("x_train", "x_test"), arrays[::2], strict=True):
             check_feature_values(self._name, f"argument {name!r}", array)
-        for name, array in zip(("y_train", "y_test"), arrays[1::2], strict=True):
-            check_label_values(self._name, f"argument {name!r}", array, num_classes)
+        self._check_bool("float_targets", float_targets)
+        if float_targets:
+            targets = [
+                check_target_values(self._name, f"argument {name!r}", array)
+                for name, array in zip(("y_train", "y_test"), arrays[1::2], strict=True)
+            ]
+            if targets[0].shape[1] != targets[1].shape[1]:
+                raise ValueError(
+                    f"{self._name}: y_train and y_test must have the same number of "
+                    f"targets, got {targets[0].shape[1]} and {targets[1].shape[1]}"
+                )
+            arrays[1], arrays[3] = targets
+            self.num_targets = int(targets[0].shape[1])
+        else:
+            for name, array in zip(("y_train", "y_test"), arrays[1::2], strict=True):
+                check_label_values(self._name, f"argument {name!r}", array, num_classes)
         self._arrays: RawArrays = (arrays[0], arrays[1], arrays[2], arrays[3])
         self.input_shape = tuple(int(s) for s in arrays[0].shape[1:])
         self.in_features = int(np.prod(self.input_shape))
-        self.num_classes = (
-            num_classes if num_classes is not None else self._infer_classes(arrays[1], arrays[3])
-        )
+        if float_targets:
+            self.num_classes = 0
+        elif num_classes is not None:
+            self.num_classes = num_classes
+        else:
+            self.num_classes = self._infer_classes(arrays[1], arrays[3])
         self.pixel_max = None if pixel_max is None else float(pixel_max)
         self._save_options(ignore=["x_train", "y_train", "x_test", "y_test"])
 

@@ -11,7 +11,7 @@ from kernel_layers.objectives.di import DEFAULT_RHO, FORMS, DILoss, discriminant
 from kernel_layers.objectives.least_squares import least_squares_loss
 from kernel_layers.objectives.nysdi import nystrom_discriminant_information
 from kernel_layers.objectives.statistics import DIStatistics, di_statistics, merge_statistics
-from kernel_layers.objectives.targets import encode_targets
+from kernel_layers.objectives.targets import encode_targets, unit_norm_columns
 
 __all__ = [
     "DEFAULT_RHO",
@@ -24,4 +24,5 @@ __all__ = [
     "least_squares_loss",
     "merge_statistics",
     "nystrom_discriminant_information",
+    "unit_norm_columns",
 ]

@@ -8,7 +8,7 @@ from torch import Tensor
 from kernel_layers._validation import check_finite, check_int
 from kernel_layers.numerics.deferred import active_checks
 
-__all__ = ["encode_targets"]
+__all__ = ["encode_targets", "unit_norm_columns"]
 
 
 def encode_targets(
@@ -85,3 +85,23 @@ def encode_targets(
     onehot = torch.zeros(batch, num_classes, dtype=torch.get_default_dtype(), device=targets.device)
     onehot.scatter_(1, targets.long()[:, None], 1.0)
     return onehot, True
+
+
+def unit_norm_columns(targets: Tensor) -> Tensor:
+    """Centre each column of a float target matrix and scale it to unit norm.
+
+    With such targets ``DI = sum_l (1 - MRLSE_l / ||y_l,c||^2)``: the sum over the
+    targets of the batch's ridge ``R^2``, at most ``L`` (as one-hot columns scaled to
+    unit norm bound a classifier's DI by ``L - 1``), whatever the targets' units. A
+    constant column becomes zeros (it carries no information).
+
+    Args:
+        targets (Tensor[B, L]): float targets.
+
+    Returns:
+        Tensor[B, L]: ``Y_c`` with unit-norm columns (zero columns kept at zero).
+    """
+    centred = targets - targets.mean(0, keepdim=True)
+    norms = torch.linalg.vector_norm(centred, dim=0, keepdim=True)
+    tiny = torch.finfo(centred.dtype).tiny
+    return centred / norms.clamp_min(tiny) * (norms > 0)

@@ -2,6 +2,7 @@
 
 Needs Lightning and torchmetrics (imported with the submodules, not with
 :mod:`kernel_layers`): :mod:`~kernel_layers.training.module` (``KernelClassifier``),
+:mod:`~kernel_layers.training.regression` (``KernelRegressor``),
 :mod:`~kernel_layers.training.heads` (``RidgeHead``, torch only),
 :mod:`~kernel_layers.training.backbones`, :mod:`~kernel_layers.training.predictor`
 (``Predictor``: the trained model as one module), :mod:`~kernel_layers.training.export`

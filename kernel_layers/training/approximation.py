@@ -20,7 +20,7 @@ from kernel_layers._validation import check_int
 from kernel_layers.kernels.approximation import KernelApproximationError
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = ["METRIC_NAMES", "KernelApproximationLogging"]
 
@@ -45,7 +45,7 @@ class KernelApproximationLogging(Callback):
         self.metric: KernelApproximationError | None = None
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        model = cast("KernelClassifier", pl_module)
+        model = cast("KernelModule", pl_module)
         metric = KernelApproximationError(model.kernel_layer, max_rows=self.max_rows, norm="both")
         self.metric = metric.to(model.device)
 
@@ -61,7 +61,7 @@ class KernelApproximationLogging(Callback):
         metric = self.metric
         if trainer.sanity_checking or dataloader_idx != 0 or metric is None or metric.full:
             return
-        model = cast("KernelClassifier", pl_module)
+        model = cast("KernelModule", pl_module)
         with torch.no_grad():
             metric.update(model.embed(batch[0]))
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from lightning.pytorch.utilities import rank_zero_warn
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = ["di_batch_usable", "named_batch_errors"]
 
@@ -60,7 +60,7 @@ def named_batch_errors(what: str, batch_idx: int, epoch: int | None = None) -> I
         raise type(err)(f"{err} ({where})") from err
 
 
-def _too_small(model: KernelClassifier, rows: int) -> str:
+def _too_small(model: KernelModule, rows: int) -> str:
     j = model.num_features
     return (
         f"{type(model).__name__}: the DI objective needs batches larger than the feature "
@@ -68,7 +68,7 @@ def _too_small(model: KernelClassifier, rows: int) -> str:
     )
 
 
-def di_batch_usable(model: KernelClassifier, rows: int, batch_idx: int) -> bool:
+def di_batch_usable(model: KernelModule, rows: int, batch_idx: int) -> bool:
     """Whether DI can use a (global) batch of ``rows`` rows: ``rows > J``.
 
     The epoch's short last batch (``batch_idx > 0``, the last of an epoch of known

@@ -211,20 +211,22 @@ def check_classes_fit_state(
     state_dict: Mapping[str, Any],
     overrides: Mapping[str, Any],
 ) -> None:
-    """Raise unless ``num_classes`` (recorded, or in ``overrides``) is the width of the
-    read-outs the checkpoint carries, before a read-out of that width is allocated.
+    """Raise unless ``num_classes`` (a regressor's ``num_targets``; recorded, or in
+    ``overrides``) is the width of the read-outs the checkpoint carries, before a
+    read-out of that width is allocated.
 
     Raises:
         ValueError: naming the checkpoint, ``num_classes`` and the tensor's width.
     """
-    classes = overrides.get("num_classes", hparams.get("num_classes"))
+    name = "num_targets" if "num_targets" in hparams else "num_classes"
+    classes = overrides.get(name, hparams.get(name))
     for key in CLASS_TENSORS:
         tensor = state_dict.get(key)
         if not isinstance(tensor, torch.Tensor) or tensor.ndim != 1:
             continue
         if isinstance(classes, bool) or not isinstance(classes, int) or classes != len(tensor):
             raise ValueError(
-                f"{owner}: checkpoint {str(source)!r}: argument 'num_classes' must be the "
+                f"{owner}: checkpoint {str(source)!r}: argument '{name}' must be the "
                 f"width of the read-out it carries ('{key}': {len(tensor)}), got {classes!r} "
                 "(the checkpoint is damaged or was edited; nothing was built)"
             )

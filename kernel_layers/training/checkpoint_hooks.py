@@ -40,7 +40,7 @@ from kernel_layers.training.preflight import check_layer_recorded
 from kernel_layers.training.readout import HEAD_CURRENT_KEY, head_current
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = [
     "check_before_load",
@@ -51,12 +51,12 @@ __all__ = [
 ]
 
 
-def on_save_checkpoint(model: KernelClassifier, checkpoint: dict[str, Any]) -> None:
+def on_save_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     """Record in ``checkpoint`` whether ``model``'s read-out is current."""
     checkpoint[HEAD_CURRENT_KEY] = head_current(model)
 
 
-def on_load_checkpoint(model: KernelClassifier, checkpoint: dict[str, Any]) -> None:
+def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     """Check ``checkpoint`` against ``model`` and its data, and distrust a lagging read-out.
 
     Checked, before any tensor is copied: the kernel layer and backbone the checkpoint

@@ -20,7 +20,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = [
     "EpochDILogging",
@@ -41,7 +41,7 @@ def register_epoch_sums(model: LightningModule) -> None:
 
 
 @torch.no_grad()
-def add_batch(model: KernelClassifier, di: Tensor, rows: int) -> None:
+def add_batch(model: KernelModule, di: Tensor, rows: int) -> None:
     """Add a batch's DI (``Tensor[]``) over ``rows`` rows to the epoch's running sums."""
     if model.di_epoch_seen is None:  # one read per fit (the buffer may be resumed)
         model.di_epoch_seen = int(model.di_epoch_index)
@@ -54,7 +54,7 @@ def add_batch(model: KernelClassifier, di: Tensor, rows: int) -> None:
     model.di_epoch_rows += rows
 
 
-def epoch_mean(model: KernelClassifier) -> Tensor:
+def epoch_mean(model: KernelModule) -> Tensor:
     """The epoch's mean DI so far (``Tensor[]``, float64; 0 before any batch)."""
     return model.di_epoch_sum / model.di_epoch_rows.clamp_min(1)
 
@@ -69,7 +69,7 @@ def epoch_ends_here(trainer: Trainer, batch_idx: int) -> bool:
     )
 
 
-def logs_this_step(model: KernelClassifier, batch_idx: int) -> bool:
+def logs_this_step(model: KernelModule, batch_idx: int) -> bool:
     """Whether the step's ``train/di`` is logged: on the steps whose values the trainer
     writes to its logger (every ``log_every_n_steps``) and on the epoch's last batch (the
     progress bar's final value)."""
@@ -89,12 +89,12 @@ class EpochDILogging(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        model = cast("KernelClassifier", pl_module)
+        model = cast("KernelModule", pl_module)
         if model.di_epoch_seen == model.current_epoch and epoch_ends_here(trainer, batch_idx):
             model.log("train/di_epoch", epoch_mean(model).float(), on_step=True, on_epoch=False)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        model = cast("KernelClassifier", pl_module)
+        model = cast("KernelModule", pl_module)
         ran = int(model.di_epoch_index) == model.current_epoch and int(model.di_epoch_rows) > 0
         if ran:
             mean = epoch_mean(model).float()

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = [
     "block_norms",
@@ -63,7 +63,7 @@ def group_lasso_prox(weight: Tensor, optimizer: Any, blocks: Sequence[range], la
         part.mul_(torch.clamp(1.0 - threshold / part.norm().clamp_min(1e-30), min=0.0))
 
 
-def model_block_norms(model: KernelClassifier) -> Tensor:
+def model_block_norms(model: KernelModule) -> Tensor:
     """:func:`block_norms` of ``model``'s trained read-out over its map's feature blocks.
 
     Returns:
@@ -80,18 +80,18 @@ def model_block_norms(model: KernelClassifier) -> Tensor:
     return block_norms(model.readout.weight, model.kernel_layer.feature_blocks)
 
 
-def model_prox_step(model: KernelClassifier, optimizer: Any) -> None:
+def model_prox_step(model: KernelModule, optimizer: Any) -> None:
     """:func:`group_lasso_prox` on ``model``'s read-out with its ``group_lasso`` penalty;
     nothing without a penalty or a trained read-out."""
-    lam = model.hparams["group_lasso"]
+    lam = model.hparams.get("group_lasso", 0.0)
     if lam > 0 and model.readout is not None:
         group_lasso_prox(model.readout.weight, optimizer, model.kernel_layer.feature_blocks, lam)
 
 
-def log_block_norms(model: KernelClassifier) -> None:
+def log_block_norms(model: KernelModule) -> None:
     """Log ``block_norm/<k>`` and ``train/active_blocks`` (blocks of nonzero norm) at an
     epoch's end, when ``model`` has a group-lasso penalty."""
-    if model.hparams["group_lasso"] > 0:
-        norms = model.block_norms()
+    if model.hparams.get("group_lasso", 0.0) > 0:
+        norms = model_block_norms(model)
         model.log_dict({f"block_norm/{k}": value for k, value in enumerate(norms)})
         model.log("train/active_blocks", (norms > 0).sum().to(norms.dtype))

@@ -93,7 +93,7 @@ class RidgeHead(nn.Module):
         """
         check_matrix(type(self).__name__, "features", features, width=self.in_features)
         if targets.is_floating_point() and targets.ndim == 2:
-            y = targets
+            y = check_matrix(type(self).__name__, "targets", targets, width=self.num_outputs)
         else:
             labels = check_labels(type(self).__name__, "targets", targets, self.num_outputs)
             y = nn.functional.one_hot(labels.long(), self.num_outputs)

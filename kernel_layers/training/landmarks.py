@@ -18,12 +18,12 @@ from torch import Tensor
 from kernel_layers.training.modes import eval_mode
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = ["init_map_from_data", "rows_pending"]
 
 
-def rows_pending(model: KernelClassifier) -> int:
+def rows_pending(model: KernelModule) -> int:
     """How many training rows the kernel map still waits for (0: none, or done)."""
     if not model.hparams["init_landmarks"] or bool(model.landmarks_initialised):
         return 0
@@ -41,7 +41,7 @@ def _broadcast_from_rank_zero(tensors: list[Tensor]) -> None:
 
 
 @torch.no_grad()
-def init_map_from_data(model: KernelClassifier) -> None:
+def init_map_from_data(model: KernelModule) -> None:
     """Call the kernel map's ``init_from_data`` with the first
     :func:`rows_pending` embedded training rows, once (skipped when none are pending).
 

@@ -1,4 +1,4 @@
-"""The training losses of :class:`~kernel_layers.KernelClassifier`'s three objectives.
+"""The training losses of the kernel modules: DI (classifier and regressor), LS, CE.
 
 * ``"di"``: ``-DI`` of the batch's features, as the map computes it (NysDI for
   ``NystromLayer``), over the global batch under DDP;
@@ -14,31 +14,31 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from kernel_layers._validation import check_labels
 from kernel_layers.objectives import DIStatistics, least_squares_loss, merge_statistics
 from kernel_layers.training import di_epoch
 from kernel_layers.training.batch_checks import di_batch_usable
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = ["refit_ls_readout", "training_loss"]
 
 
-def training_loss(model: KernelClassifier, batch: Any, batch_idx: int) -> Tensor | None:
-    """The loss of ``batch`` (``(x Tensor[B, ...], y Tensor[B], ...)``) under the model's
-    objective (``Tensor[]``); logs ``train/di`` or ``train/loss``. ``None``: the batch is
+def training_loss(model: KernelModule, batch: Any, batch_idx: int) -> Tensor | None:
+    """The loss of ``batch`` (``(x Tensor[B, ...], y Tensor[B] | Tensor[B, L], ...)``,
+    its targets checked by ``model.training_targets``) under the model's objective
+    (``Tensor[]``); logs ``train/di`` or ``train/loss``. ``None``: the batch is
     skipped (the epoch's short last batch under DI,
     :func:`~kernel_layers.training.batch_checks.di_batch_usable`) or a diverged backbone
     stopped the fit.
 
     Raises:
-        TypeError, ValueError: the labels are not integers in ``[0, num_classes)``, or
-            the batch is too small for DI.
+        TypeError, ValueError: targets the model cannot train on (labels not integers
+            in ``[0, num_classes)``), or the batch is too small for DI.
     """
     x, y = batch[0], batch[1]
-    objective, classes = model.hparams["objective"], model.hparams["num_classes"]
-    y = check_labels(type(model).__name__, "y", y, classes)
+    objective = model.objective
+    y = model.training_targets(y)
     h = model.embed(x)
     world = model.trainer.world_size if model._trainer is not None else 1
     if model.backbone is not None and not model.guard.check_embedding(
@@ -64,6 +64,7 @@ def training_loss(model: KernelClassifier, batch: Any, batch_idx: int) -> Tensor
         # DDP averages gradients over processes, but each process holds only its rows'
         # share of dDI: scale so the average is the single-process gradient.
         return -di * world
+    classes = model.hparams["num_classes"]
     features, y = model.kernel_layer(h), y.long()
     onehot = nn.functional.one_hot(y, classes).to(features.dtype)
     if model.readout is not None and objective == "ls":  # group lasso: trained
@@ -80,7 +81,7 @@ def training_loss(model: KernelClassifier, batch: Any, batch_idx: int) -> Tensor
     return loss
 
 
-def refit_ls_readout(model: KernelClassifier) -> None:
+def refit_ls_readout(model: KernelModule) -> None:
     """The LS baseline's closed-form step at an epoch's end: the ridge read-out fitted
     on the epoch's feature statistics (merged exactly over processes under DDP)."""
     head = model.head

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = ["build_optimizer"]
 
 
-def build_optimizer(model: KernelClassifier) -> torch.optim.Optimizer | None:
+def build_optimizer(model: KernelModule) -> torch.optim.Optimizer | None:
     """Adam over ``model``'s trainable parameters, or ``None`` when there are none."""
     hp = model.hparams
     groups: list[dict[str, Any]] = []

@@ -19,7 +19,7 @@ from kernel_layers.training.architecture import is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = [
     "at_setup",
@@ -124,7 +124,7 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
             ) from err
 
 
-def at_setup(model: KernelClassifier, stage: str) -> None:
+def at_setup(model: KernelModule, stage: str) -> None:
     """The checks of a model's ``setup``: the data module's sizes against the layers
     (``model.check_data_sizes``); checkpoints read with ``weights_only=True`` and written
     atomically (:class:`AtomicCheckpointIO`, installed before Lightning reads a
@@ -212,20 +212,25 @@ def check_arguments(
 def check_scalars(
     owner: str,
     *,
-    num_classes: object,
+    num_classes: object = None,
+    num_targets: object = None,
     positive: dict[str, object],
     optional_positive: dict[str, object],
     flags: dict[str, object],
     approximation_rows: object,
 ) -> None:
-    """The one-value argument checks of :class:`~kernel_layers.KernelClassifier`:
-    ``num_classes >= 2``, each of ``positive`` (and each of ``optional_positive`` but
-    ``None``) a finite number > 0, each of ``flags`` a bool, ``approximation_rows >= 0``.
+    """The one-value argument checks of the kernel modules: ``num_classes >= 2`` (a
+    classifier) or ``num_targets >= 1`` (a regressor; ``num_classes`` ``None``), each of
+    ``positive`` (and each of ``optional_positive`` but ``None``) a finite number > 0,
+    each of ``flags`` a bool, ``approximation_rows >= 0``.
 
     Raises:
         TypeError | ValueError: naming the argument, the expectation and the value.
     """
-    check_int(owner, "num_classes", num_classes, minimum=2)
+    if num_classes is None and num_targets is not None:
+        check_int(owner, "num_targets", num_targets, minimum=1)
+    else:
+        check_int(owner, "num_classes", num_classes, minimum=2)
     for name, value in positive.items():
         check_positive(owner, name, value)
     for name, value in optional_positive.items():

@@ -23,7 +23,7 @@ from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.modes import eval_mode
 
 if TYPE_CHECKING:
-    from kernel_layers.training.module import KernelClassifier
+    from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = [
     "HEAD_CURRENT_KEY",
@@ -91,13 +91,13 @@ def train_eval_batches(trainer: Trainer, owner: str) -> Iterable[Any]:
     )
 
 
-def feature_modules(model: KernelClassifier) -> list[nn.Module]:
+def feature_modules(model: KernelModule) -> list[nn.Module]:
     """The modules the read-out's features depend on: the kernel map and the backbone."""
     return [model.kernel_layer] + ([model.backbone] if model.backbone is not None else [])
 
 
 @torch.no_grad()
-def refit_head(model: KernelClassifier, batches: Iterable[Any] | None = None) -> None:
+def refit_head(model: KernelModule, batches: Iterable[Any] | None = None) -> None:
     """Fit ``model``'s ridge read-out exactly, in one pass over ``batches``.
 
     Args:
@@ -117,14 +117,14 @@ def refit_head(model: KernelClassifier, batches: Iterable[Any] | None = None) ->
         model.head_tracker.mark_fitted(feature_modules(model))
 
 
-def head_needs_fit(model: KernelClassifier) -> bool:
+def head_needs_fit(model: KernelModule) -> bool:
     """Whether the ridge read-out was never fitted, or (DI objective) was fitted in
     this process on other features than the current ones."""
     stale = model.refits_head and model.head_tracker.stale(feature_modules(model))
     return not bool(model.head.fitted) or stale
 
 
-def head_current(model: KernelClassifier) -> bool:
+def head_current(model: KernelModule) -> bool:
     """Whether the read-out in use was fitted on the current features (always true of a
     trained read-out and of the ridge read-out of objectives other than DI)."""
     return (
@@ -134,7 +134,7 @@ def head_current(model: KernelClassifier) -> bool:
     )
 
 
-def check_head_ready(model: KernelClassifier) -> None:
+def check_head_ready(model: KernelModule) -> None:
     """Raise unless the ridge read-out may score the current features.
 
     Raises:
@@ -156,24 +156,24 @@ class ReadoutRefit(Callback):
     never fitted or is stale (one restored from a checkpoint is trusted)."""
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        model = cast("KernelClassifier", pl_module)
+        model = cast("KernelModule", pl_module)
         if model.refits_head and not trainer.sanity_checking:
             init_map_from_data(model)  # validate() of a model that was never fitted
             model.refit_head()
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        model = cast("KernelClassifier", pl_module)
+        model = cast("KernelModule", pl_module)
         if model.refits_head:
             model.refit_head()
 
     def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._ensure_head(cast("KernelClassifier", pl_module))
+        self._ensure_head(cast("KernelModule", pl_module))
 
     def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._ensure_head(cast("KernelClassifier", pl_module))
+        self._ensure_head(cast("KernelModule", pl_module))
 
     @staticmethod
-    def _ensure_head(model: KernelClassifier) -> None:
+    def _ensure_head(model: KernelModule) -> None:
         init_map_from_data(model)
         if model.readout is None and head_needs_fit(model):
             model.refit_head()

@@ -1,0 +1,277 @@
+"""KernelModule: what the kernel LightningModules share (classifier and regressor).
+
+A kernel feature map (optionally atop a backbone) trained by the map's Discriminant
+Information of each batch against a target matrix, a closed-form ridge read-out
+(:class:`~kernel_layers.training.heads.RidgeHead`) refitted from the training data
+(:class:`~kernel_layers.training.readout.ReadoutRefit`), the divergence guard, the
+epoch's DI, the checks at setup and the self-describing, ``weights_only`` checkpoints.
+:class:`~kernel_layers.training.module.KernelClassifier` adds labels, the LS and CE
+baselines and accuracy; :class:`~kernel_layers.training.regression.KernelRegressor`
+adds float targets, R² and RMSE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule
+from torch import Tensor, nn
+from typing_extensions import Self
+
+from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.training import checkpoint_hooks, preflight
+from kernel_layers.training.approximation import KernelApproximationLogging
+from kernel_layers.training.architecture import describe_module
+from kernel_layers.training.batch_checks import named_batch_errors
+from kernel_layers.training.deferred import EpochChecks
+from kernel_layers.training.di_epoch import EpochDILogging, register_epoch_sums
+from kernel_layers.training.divergence import DivergenceGuard
+from kernel_layers.training.group_lasso import model_prox_step
+from kernel_layers.training.heads import RidgeHead
+from kernel_layers.training.landmarks import init_map_from_data
+from kernel_layers.training.losses import training_loss
+from kernel_layers.training.optimizer import build_optimizer
+from kernel_layers.training.readout import ReadoutRefit, ReadoutTracker, head_needs_fit
+from kernel_layers.training.readout import refit_head as fit_ridge_head
+
+__all__ = ["KernelModule"]
+
+
+class KernelModule(LightningModule):
+    """Base of :class:`~kernel_layers.KernelClassifier` and
+    :class:`~kernel_layers.KernelRegressor`; not used on its own.
+
+    A subclass's ``__init__`` checks its arguments, calls ``save_hyperparameters``
+    (``rho``, ``lr``, ``backbone_lr``, ``init_landmarks``, ``check_every`` and
+    ``approximation_rows`` among them), then :meth:`_build` with the read-out's width,
+    and implements :meth:`training_targets`.
+    """
+
+    kernel_layer: KernelFeatureMap
+    backbone: nn.Module | None
+    head: RidgeHead
+    readout: nn.Linear | None
+    num_features: int
+    landmarks_initialised: Tensor
+    di_epoch_sum: Tensor
+    di_epoch_rows: Tensor
+    di_epoch_index: Tensor
+    #: ``di_epoch_index`` as the host knows it (``None``: read it once).
+    di_epoch_seen: int | None
+    guard: DivergenceGuard
+    head_tracker: ReadoutTracker
+
+    def _build(
+        self,
+        kernel_layer: KernelFeatureMap,
+        backbone: nn.Module | None,
+        given: dict[str, Any],
+        *,
+        num_outputs: int,
+        head_rho: float,
+        trained_readout: bool = False,
+    ) -> None:
+        """The shared modules and buffers: the map, the backbone, the ridge read-out of
+        ``num_outputs`` outputs (and a trained linear one when ``trained_readout``), the
+        divergence guard and the epoch's DI sums; the architecture recorded as primitives
+        in the hyper-parameters, so that the checkpoint alone rebuilds the model."""
+        owner = type(self).__name__
+        self.hparams["kernel_layer"] = describe_module(kernel_layer, given.get("kernel_layer"))
+        self.hparams["backbone"] = (
+            None if backbone is None else describe_module(backbone, given.get("backbone"))
+        )
+        self.kernel_layer = kernel_layer
+        self.backbone = backbone
+        width = kernel_layer.feature_width
+        self.num_features = width
+        self.head = RidgeHead(width, num_outputs, rho=head_rho)
+        self.readout = nn.Linear(width, num_outputs) if trained_readout else None
+        # Whether init_map_from_data ran (the name predates the contract: checkpoints).
+        self.register_buffer("landmarks_initialised", torch.tensor(False))
+        self.guard = DivergenceGuard(owner, kernel_layer.in_features)
+        #: DI batches skipped as too small: the epochs' short last batches (one warning).
+        self.short_batches_skipped = 0
+        self.head_tracker = ReadoutTracker()
+        register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
+
+    @property
+    def objective(self) -> str:
+        """The training objective (``"di"`` unless the subclass offers others)."""
+        return str(self.hparams.get("objective", "di"))
+
+    def training_targets(self, y: Tensor) -> Tensor:
+        """A training batch's targets ``y`` checked, in the form the objective takes:
+        labels ``Tensor[B]`` or a float matrix ``Tensor[B, L]``.
+
+        Raises:
+            TypeError, ValueError: targets the model cannot train on.
+        """
+        raise NotImplementedError
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the fit stopped early on a diverging step, or ``None``."""
+        return self.guard.stop_reason
+
+    # Lightning declares this through a restricted-classmethod descriptor that mypy cannot
+    # match with a classmethod; the call signature is Lightning's.
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Rebuild a model from its checkpoint alone, read with ``weights_only=True`` (a
+        local file, an fsspec or an ``http(s)://`` URL:
+        :func:`~kernel_layers.training.checkpoint_io.load_checkpoint_file`).
+
+        Keyword arguments override the saved hyper-parameters (``kernel_layer=`` and
+        ``backbone=`` modules included, e.g. for a backbone that cannot be rebuilt); a
+        module passed must have the settings the checkpoint records.
+
+        Raises:
+            ValueError: ``weights_only=False``; the checkpoint cannot be read, holds
+                objects other than tensors and primitive types, does not record its
+                kernel layer (kernel-layers < 0.2) and no ``kernel_layer=`` is given, or
+                records a layer that does not build the tensors it carries; a module
+                passed differs from the recorded one; a tensor is missing, of another
+                shape, or not finite. Each message names the checkpoint.
+        """
+        key = cls.CHECKPOINT_HYPER_PARAMS_KEY
+        read = checkpoint_hooks.read_for_load(cls.__name__, checkpoint_path, key, kwargs)
+        with checkpoint_hooks.missing_tensors_named(cls.__name__, checkpoint_path):
+            loaded = super().load_from_checkpoint(
+                read, map_location, hparams_file, strict, weights_only=True, **kwargs
+            )
+        assert isinstance(loaded, cls)
+        return loaded
+
+    def configure_callbacks(self) -> list[Callback]:
+        """The parts of training that are callbacks: read-out refits, the epoch's DI
+        (objective ``"di"``), the deferred checks (unless ``check_every="step"``) and the
+        kernel approximation error (``approximation_rows > 0``)."""
+        callbacks: list[Callback] = [ReadoutRefit()]
+        if self.objective == "di":
+            callbacks.append(EpochDILogging())
+        check_every = self.hparams["check_every"]
+        if check_every != "step":
+            callbacks.insert(0, EpochChecks(check_every))  # read before anything logs
+        if self.hparams.get("approximation_rows", 0):
+            callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
+        return callbacks
+
+    # ------------------------------------------------------------------ features
+    def embed(self, x: Tensor) -> Tensor:
+        """Inputs of the kernel map: ``backbone(x)``, or ``x`` flattened to ``[B, D]``."""
+        if self.backbone is not None:
+            return self.backbone(x)
+        return x.flatten(1) if x.ndim > 2 else x
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Kernel features ``x (Tensor[B, ...]) -> Tensor[B, J]``."""
+        return self.kernel_layer(self.embed(x))
+
+    # ------------------------------------------------------------------ training
+    @property
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    def _di(self, h: Tensor, y: Tensor) -> Tensor:
+        """DI of the global batch (all processes' rows under DDP), as the map computes
+        it (``NystromLayer``: NysDI from inputs and landmarks), against labels or a float
+        target matrix ``y``."""
+        hp = self.hparams
+        return self.kernel_layer.discriminant_information(
+            h,
+            y,
+            rho=hp["rho"],
+            num_classes=hp.get("num_classes"),
+            sync_dist=self._world_size > 1,
+        )
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        with named_batch_errors("training", batch_idx, self.current_epoch):
+            loss = training_loss(self, batch, batch_idx)
+        if loss is None:  # skipped (a short last batch under DI) or stopped
+            return None
+        if not self.guard.check_objective(self, loss, batch_idx, self._world_size):
+            return None
+        return loss if loss.requires_grad else None
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Adam's step under the divergence guard (:class:`DivergenceGuard`), with the
+        group-lasso proximal step after it."""
+
+        prox = partial(model_prox_step, self, optimizer)
+        self.guard.step(self, optimizer, optimizer_closure, batch_idx, prox, self._world_size)
+
+    def on_train_epoch_start(self) -> None:
+        groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
+        if groups:
+            self.log("lr", float(groups[0]["lr"]), on_step=False, on_epoch=True)
+
+    def on_train_start(self) -> None:
+        # The buffer may come from a checkpoint: read it once here, not in a step.
+        self.di_epoch_seen = int(self.di_epoch_index)
+        init_map_from_data(self)
+
+    # ------------------------------------------------------------------ read-out fits
+    @property
+    def refits_head(self) -> bool:
+        """Whether the read-out is refitted by a pass over the data (DI objective)."""
+        return self.objective == "di"
+
+    def refit_head(self, batches: Iterable[Any] | None = None) -> None:
+        """Fit the ridge read-out exactly, in one pass over ``batches`` (default: train;
+        :func:`~kernel_layers.training.readout.refit_head`).
+
+        Args:
+            batches: an iterable of ``(x, y, ...)`` batches, e.g. a ``DataLoader`` over
+                the training set.
+        """
+        fit_ridge_head(self, batches)
+
+    def _head_needs_fit(self) -> bool:
+        """Whether the ridge read-out must be (re)fitted before it scores
+        (:func:`~kernel_layers.training.readout.head_needs_fit`)."""
+        return head_needs_fit(self)
+
+    # ------------------------------------------------------------------ checks, checkpoints
+    def check_state_shapes(self, state_dict: dict[str, Any]) -> None:
+        """Raise a ``ValueError`` naming every tensor of ``state_dict`` (a checkpoint's)
+        whose shape differs from this model's, with both shapes."""
+        preflight.check_state_shapes(type(self).__name__, self.state_dict(), state_dict)
+
+    def check_data_sizes(self, datamodule: object) -> None:
+        """Raise a ``ValueError`` naming both values when the data and the layers
+        disagree on a size (:func:`~kernel_layers.training.preflight.check_data_sizes`)."""
+        preflight.check_data_sizes(
+            type(self).__name__, self.kernel_layer, self.backbone, datamodule
+        )
+
+    def setup(self, stage: str) -> None:
+        preflight.at_setup(self, stage)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint_hooks.on_save_checkpoint(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint_hooks.on_load_checkpoint(self, checkpoint)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer | None:
+        """Adam over the groups ``"kernel"`` and ``"backbone"``
+        (:func:`~kernel_layers.training.optimizer.build_optimizer`)."""
+        return build_optimizer(self)

@@ -1,0 +1,176 @@
+"""KernelRegressor: a LightningModule that trains a kernel feature map with DI on float
+targets and reads it out by ridge regression.
+
+Everything but the targets and the metrics is shared with
+:class:`~kernel_layers.KernelClassifier` through
+:class:`~kernel_layers.training.kernel_module.KernelModule`: the layers, the DI training
+step, the divergence guard, the read-out refits
+(:class:`~kernel_layers.training.readout.ReadoutRefit`), the callbacks watching
+``train/di_epoch`` and the ``weights_only`` checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+from torchmetrics import MeanSquaredError, MetricCollection, R2Score
+
+from kernel_layers._validation import check_float_targets
+from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.objectives import DEFAULT_RHO, unit_norm_columns
+from kernel_layers.training import preflight
+from kernel_layers.training.architecture import cli_config, module_from
+from kernel_layers.training.batch_checks import named_batch_errors
+from kernel_layers.training.deferred import CHECK_EVERY
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO
+from kernel_layers.training.kernel_module import KernelModule
+from kernel_layers.training.readout import check_head_ready
+
+__all__ = ["KernelRegressor"]
+
+
+def _metrics() -> MetricCollection:
+    """R² (averaged uniformly over the targets) and the RMSE over every entry."""
+    return MetricCollection(
+        {
+            "r2": R2Score(multioutput="uniform_average"),
+            "rmse": MeanSquaredError(squared=False),
+        }
+    )
+
+
+class KernelRegressor(KernelModule):
+    """Train a kernel layer (optionally atop a backbone) by DI against float targets and
+    read it out by ridge regression.
+
+    The DI paper's general form: ``DI = tr((Phi_c^T Phi_c + rho I)^-1 Phi_c^T Y Y^T
+    Phi_c)`` for any target matrix ``Y``, and ``||Y_c||^2 - DI`` is the minimum ridge
+    error of ``Y`` on the features. Each training batch's targets are centred and their
+    columns scaled to unit norm (:func:`~kernel_layers.objectives.unit_norm_columns`),
+    as a classifier's one-hot columns are: the batch's DI is then the sum over the
+    targets of its in-batch ridge ``R^2`` (at most ``L``), in no target's units, so that
+    targets of any scale train alike and ``train/di_epoch`` reads the same across data
+    sets. The read-out (:class:`~kernel_layers.training.heads.RidgeHead`, with
+    intercept, fitted exactly in one pass over the training data) takes the targets as
+    they are: its predictions scale with the targets, so no standardisation is needed.
+
+    Logged: ``train/di`` (per step) and ``train/di_epoch`` (the mean of the epoch's
+    batches, which :class:`~kernel_layers.callbacks.PlateauDecay` and
+    :class:`~kernel_layers.callbacks.DISaturationStopping` watch),
+    ``train/loss_epoch = -train/di_epoch``, ``lr``, ``val/r2``, ``val/rmse``,
+    ``test/r2`` and ``test/rmse`` (R² averaged over the targets; RMSE over every entry).
+
+    Batches are ``(x Tensor[B, ...], y Tensor[B, L])`` (``y Tensor[B]`` for one target):
+    :class:`~kernel_layers.data.tensor.TensorDataModule` with ``float_targets=True``
+    serves them. ``predict_step`` returns ``Tensor[B, L]``.
+
+    Args:
+        kernel_layer: a :class:`~kernel_layers.layers.base.KernelFeatureMap`.
+        num_targets: number of targets ``L``.
+        backbone: optional feature extractor before the kernel layer.
+        rho: ridge parameter of DI / NysDI.
+        lr: Adam learning rate of the kernel layer.
+        backbone_lr: learning rate of the backbone (default ``lr``).
+        head_rho: ridge penalty of the closed-form read-out.
+        init_landmarks: hand the map the training rows it asks for when fit starts (a
+            ``NystromLayer`` draws its landmarks from them), as ``KernelClassifier``.
+        check_every: ``"step"``, ``"epoch"`` or ``"auto"``, as ``KernelClassifier``.
+        approximation_rows: rows kept to log the kernel approximation error (0: none).
+
+    Raises:
+        TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
+            not an ``nn.Module``; a training, validation or test batch whose targets
+            are not floats (integer labels belong to ``KernelClassifier``).
+        ValueError: an argument out of range; targets of the wrong shape or not finite.
+    """
+
+    def __init__(
+        self,
+        kernel_layer: KernelFeatureMap,
+        *,
+        num_targets: int = 1,
+        backbone: nn.Module | None = None,
+        rho: float = DEFAULT_RHO,
+        lr: float = 1e-3,
+        backbone_lr: float | None = None,
+        head_rho: float = DEFAULT_HEAD_RHO,
+        init_landmarks: bool = True,
+        check_every: str = "auto",
+        approximation_rows: int = 0,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        given = cli_config()  # or, below, a checkpoint's records (load_from_checkpoint)
+        kernel_layer = module_from(owner, "kernel_layer", kernel_layer, given)
+        backbone = module_from(owner, "backbone", backbone, given)
+        preflight.check_arguments(
+            owner,
+            kernel_layer,
+            backbone,
+            objective="di",
+            group_lasso=0.0,
+            objectives=("di",),
+            check_every=check_every,
+            check_every_choices=CHECK_EVERY,
+        )
+        preflight.check_scalars(
+            owner,
+            num_targets=num_targets,
+            positive={"rho": rho, "lr": lr, "head_rho": head_rho},
+            optional_positive={"backbone_lr": backbone_lr},
+            flags={"init_landmarks": init_landmarks},
+            approximation_rows=approximation_rows,
+        )
+        self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
+        self._build(kernel_layer, backbone, given, num_outputs=num_targets, head_rho=head_rho)
+        self.val_metrics = _metrics().clone(prefix="val/")
+        self.test_metrics = _metrics().clone(prefix="test/")
+
+    def check_targets(self, y: Tensor) -> Tensor:
+        """``y`` checked as float targets: ``Tensor[B, L]`` (``Tensor[B]`` for one).
+
+        Raises:
+            TypeError: not a float tensor (e.g. integer labels).
+            ValueError: another shape, or a NaN / Inf target.
+        """
+        return check_float_targets(type(self).__name__, "y", y, self.hparams["num_targets"])
+
+    def training_targets(self, y: Tensor) -> Tensor:
+        """The batch's targets centred, their columns scaled to unit norm
+        (``Tensor[B, L]``)."""
+        return unit_norm_columns(self.check_targets(y))
+
+    def predict(self, features: Tensor) -> Tensor:
+        """Predicted targets ``[B, L]`` of the ridge read-out on ``features (Tensor[B, J])``.
+
+        Raises:
+            RuntimeError: the read-out was never fitted, or was fitted on other features
+                than the current ones (call :meth:`refit_head`).
+        """
+        check_head_ready(self)
+        return self.head(features)
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, batch: Any, batch_idx: int, metrics: MetricCollection, split: str) -> None:
+        if not bool(self.head.fitted):
+            return  # sanity check before any fit: nothing to report
+        x, y = batch[0], batch[1]
+        with named_batch_errors(split, batch_idx):
+            y = self.check_targets(y)
+        prediction = self.predict(self(x)).to(y.dtype)
+        if self.hparams["num_targets"] == 1:
+            prediction, y = prediction[:, 0], y[:, 0]
+        metrics["r2"].update(prediction, y)
+        metrics["rmse"].update(prediction.flatten(), y.flatten())
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, self.val_metrics, "validation")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, self.test_metrics, "test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x = batch[0] if isinstance(batch, list | tuple) else batch
+        return self.predict(self(x))

@@ -1,0 +1,179 @@
+"""KernelRegressor, DI with continuous targets, and float targets in the data module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import references as ref
+import torch
+from sklearn.datasets import make_friedman1
+
+from kernel_layers import KernelRegressor, NystromLayer, RidgeHead, discriminant_information
+from kernel_layers.data.tensor import TensorDataModule
+from kernel_layers.objectives import unit_norm_columns
+
+J = 40
+
+
+def _data(rows: int = 900, targets: int = 1, **options: object) -> TensorDataModule:
+    x, y = make_friedman1(n_samples=rows, noise=0.5, random_state=0)
+    if targets == 2:
+        y = np.stack([y, np.sin(3 * x[:, 0]) * 10.0], 1)
+    cut = rows * 2 // 3
+    kwargs = {"batch_size": 200, "val_fraction": 0.0, **options}
+    return TensorDataModule(x[:cut], y[:cut], x[cut:], y[cut:], float_targets=True, **kwargs)
+
+
+def _model(targets: int = 1, **options: object) -> KernelRegressor:
+    torch.manual_seed(0)
+    return KernelRegressor(NystromLayer(10, J, gamma=1.0), num_targets=targets, **options)
+
+
+# ---------------------------------------------------------------- DI with a float target
+def test_di_of_a_continuous_target_matches_the_float64_reference() -> None:
+    g = torch.Generator().manual_seed(1)
+    phi = torch.randn(60, 8, generator=g, dtype=torch.float64)
+    y = (phi[:, :1] ** 2 + 0.3 * torch.randn(60, 1, generator=g, dtype=torch.float64)) * 50.0
+    value = discriminant_information(phi, y, rho=0.1)
+    expected = ref.di(phi.numpy(), y.numpy(), 0.1)
+    assert value.item() == pytest.approx(expected, rel=1e-10)
+    # the paper's identity: ||Y_c||^2 - DI is the minimum ridge error
+    yc = y.numpy() - y.numpy().mean(0)
+    residual = ref.ridge_residual(phi.numpy(), y.numpy(), 0.1)
+    assert float((yc**2).sum()) - value.item() == pytest.approx(residual, rel=1e-8)
+
+
+def test_unit_norm_columns_give_di_as_the_sum_of_in_batch_ridge_r2() -> None:
+    g = torch.Generator().manual_seed(2)
+    phi = torch.randn(50, 6, generator=g, dtype=torch.float64)
+    y = torch.stack([phi[:, 0] * 1e4 + 3.0, torch.full((50,), 7.0, dtype=torch.float64)], 1)
+    y = y + torch.randn(50, 2, generator=g, dtype=torch.float64) * torch.tensor([1e3, 0.0])
+    scaled = unit_norm_columns(y)
+    yc = y.numpy() - y.numpy().mean(0)
+    norms = np.linalg.norm(yc, axis=0)
+    expected = np.where(norms > 0, yc / np.where(norms > 0, norms, 1.0), 0.0)
+    np.testing.assert_allclose(scaled.numpy(), expected, rtol=1e-12, atol=0)
+    assert scaled[:, 1].abs().max().item() == 0.0  # a constant target carries nothing
+    # DI = 1 - MRLSE / ||y_c||^2 for the one informative column: its ridge R^2
+    value = discriminant_information(phi, scaled, rho=1e-3).item()
+    r2 = 1.0 - ref.ridge_residual(phi.numpy(), y.numpy()[:, :1], 1e-3) / (norms[0] ** 2)
+    assert value == pytest.approx(r2, rel=1e-8)
+    assert 0.5 < value <= 1.0
+
+
+# ---------------------------------------------------------------- the data module
+def test_float_targets_are_served_unscaled_as_float32_columns() -> None:
+    data = _data(300, targets=2)
+    data.setup()
+    y = data.train_targets()
+    assert data.num_targets == 2 and data.num_classes == 0
+    assert y.dtype == torch.float32 and y.shape == (200, 2)
+    _, expected = make_friedman1(n_samples=300, noise=0.5, random_state=0)
+    np.testing.assert_allclose(y[:, 0].numpy(), expected[:200].astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    ("y_train", "error", "match"),
+    [
+        (np.array([1.0, np.nan, 2.0, 3.0]), ValueError, r"y_train.*NaN or Inf"),
+        (np.array(["a", "b", "c", "d"]), TypeError, r"y_train.*real-valued targets"),
+        (np.ones((4, 2, 1)), ValueError, r"y_train.*shape \[N\] or \[N, L\]"),
+        (np.ones((4, 3)), ValueError, r"same number of targets, got 3 and 1"),
+    ],
+)
+def test_bad_float_targets_are_named(y_train: np.ndarray, error: type, match: str) -> None:
+    x = np.random.default_rng(0).random((4, 3))
+    with pytest.raises(error, match=match):
+        TensorDataModule(x, y_train, x, np.ones(4), float_targets=True)
+
+
+# ---------------------------------------------------------------- the model
+def test_trained_regressor_beats_the_untrained_map(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    data = _data()
+    untrained = _model()
+    baseline = make_trainer().test(untrained, data, verbose=False)[0]
+    model = _model(lr=1e-2)
+    trainer = make_trainer(max_epochs=6)
+    trainer.fit(model, data)
+    di_epoch = trainer.callback_metrics["train/di_epoch"].item()
+    assert 0.0 < di_epoch <= 1.0  # the batches' ridge R^2 (one target)
+    result = trainer.test(model, data, verbose=False)[0]
+    assert set(result) == {"test/r2", "test/rmse"}
+    assert result["test/r2"] > baseline["test/r2"] + 0.02
+    assert result["test/rmse"] < baseline["test/rmse"]
+
+
+def test_metrics_agree_with_the_float64_reference(make_trainer: Callable[..., L.Trainer]) -> None:
+    data = _data(targets=2)
+    model = _model(targets=2)
+    result = make_trainer().test(model, data, verbose=False)[0]
+    data.setup()
+    x, y = data.test_dataset.tensors  # type: ignore[union-attr]
+    with torch.no_grad():
+        prediction = model.predict(model(x)).double().numpy()
+    truth = y.double().numpy()
+    r2 = np.mean(1 - ((truth - prediction) ** 2).sum(0) / ((truth - truth.mean(0)) ** 2).sum(0))
+    rmse = np.sqrt(((truth - prediction) ** 2).mean())
+    assert result["test/r2"] == pytest.approx(r2, rel=1e-4)
+    assert result["test/rmse"] == pytest.approx(rmse, rel=1e-4)
+
+
+def test_checkpoint_round_trip_predicts_identically(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    data = _data(targets=2)
+    model = _model(targets=2, lr=1e-2)
+    trainer = make_trainer(max_epochs=2)
+    trainer.fit(model, data)
+    path = tmp_path / "regressor.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = KernelRegressor.load_from_checkpoint(path)
+    assert isinstance(loaded, KernelRegressor)
+    x = data.test_dataset.tensors[0]  # type: ignore[union-attr]
+    model.eval()
+    loaded.eval()
+    with torch.no_grad():
+        assert torch.equal(model.predict(model(x)), loaded.predict(loaded(x)))
+    with pytest.raises(ValueError, match="weights_only"):
+        KernelRegressor.load_from_checkpoint(path, weights_only=False)
+
+
+def test_integer_targets_are_refused(make_trainer: Callable[..., L.Trainer]) -> None:
+    x = torch.rand(300, 10)
+    labels = torch.randint(0, 3, (300,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, labels), batch_size=100)
+    with pytest.raises(TypeError, match=r"'y' must be float targets .*got dtype torch.int64"):
+        make_trainer(max_epochs=1).fit(_model(), loader)
+
+
+def test_wrong_target_shape_and_nan_are_refused() -> None:
+    model = _model()
+    with pytest.raises(ValueError, match=r"'y' must be float targets of shape \[B, 1\]"):
+        model.training_targets(torch.rand(8, 2))
+    with pytest.raises(ValueError, match="'y' must be finite"):
+        model.training_targets(torch.tensor([1.0, float("nan")]))
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"targets": 0}, "num_targets"),
+        ({"rho": 0.0}, "rho"),
+        ({"check_every": "never"}, "check_every"),
+    ],
+)
+def test_bad_arguments_are_named(options: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _model(**options)  # type: ignore[arg-type]
+
+
+def test_ridge_head_refuses_float_targets_of_another_width() -> None:
+    head = RidgeHead(4, 2)
+    with pytest.raises(ValueError, match="targets"):
+        head.update(torch.rand(8, 4), torch.rand(8, 3))
