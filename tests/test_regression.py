@@ -15,6 +15,7 @@ from sklearn.datasets import make_friedman1
 from kernel_layers import KernelRegressor, NystromLayer, RidgeHead, discriminant_information
 from kernel_layers.data.tensor import TensorDataModule
 from kernel_layers.objectives import unit_norm_columns
+from kernel_layers.training.heads import GCV_GRID, GCVRidgeHead, gcv_penalty
 
 J = 40
 
@@ -177,3 +178,31 @@ def test_ridge_head_refuses_float_targets_of_another_width() -> None:
     head = RidgeHead(4, 2)
     with pytest.raises(ValueError, match="targets"):
         head.update(torch.rand(8, 4), torch.rand(8, 3))
+
+
+def test_gcv_penalty_is_the_argmin_of_the_explicit_gcv() -> None:
+    g = torch.Generator().manual_seed(3)
+    phi = torch.randn(80, 12, generator=g, dtype=torch.float64)
+    y = phi[:, :2] @ torch.tensor([[1.0], [-2.0]], dtype=torch.float64)
+    y = y + 2.0 * torch.randn(80, 1, generator=g, dtype=torch.float64)
+    head = GCVRidgeHead(12, 1)
+    head.update(phi, y)
+    stats = head.statistics
+    assert stats is not None
+    chosen = gcv_penalty(stats)
+    pc = phi.numpy() - phi.numpy().mean(0)
+    yc = y.numpy() - y.numpy().mean(0)
+    scale = np.trace(pc.T @ pc) / 12
+    scores = []
+    for rel in GCV_GRID:
+        rho = rel * scale
+        hat = pc @ np.linalg.solve(pc.T @ pc + rho * np.eye(12), pc.T) + 1.0 / 80
+        residual = yc - (hat - 1.0 / 80) @ yc
+        scores.append(80 * (residual**2).sum() / (80 - np.trace(hat)) ** 2)
+    expected = GCV_GRID[int(np.argmin(scores))] * scale
+    assert chosen == pytest.approx(expected, rel=1e-9)
+    assert GCV_GRID[0] * scale < chosen  # noisy targets: more than the smallest penalty
+    head.fit()
+    assert head.penalty.item() == pytest.approx(chosen)
+    weight = np.linalg.solve(pc.T @ pc + chosen * np.eye(12), pc.T @ yc)
+    np.testing.assert_allclose(head.weight.numpy(), weight, rtol=1e-6)

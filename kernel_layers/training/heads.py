@@ -10,10 +10,19 @@ from kernel_layers.numerics.linalg import robust_cholesky
 from kernel_layers.numerics.precision import SOLVE_DTYPE
 from kernel_layers.objectives.statistics import DIStatistics, di_statistics, merge_statistics
 
-__all__ = ["DEFAULT_HEAD_RHO", "RidgeHead", "ridge_solve"]
+__all__ = [
+    "DEFAULT_HEAD_RHO",
+    "GCV_GRID",
+    "GCVRidgeHead",
+    "RidgeHead",
+    "gcv_penalty",
+    "ridge_solve",
+]
 
 #: Ridge penalty of the read-out (on un-normalised sums over the training set).
 DEFAULT_HEAD_RHO = 1e-3
+#: Penalties :func:`gcv_penalty` tries, relative to the mean eigenvalue of the scatter.
+GCV_GRID = tuple(10.0**k for k in range(-8, 3))
 
 
 def ridge_solve(stats: DIStatistics, rho: float) -> tuple[Tensor, Tensor]:
@@ -35,6 +44,38 @@ def ridge_solve(stats: DIStatistics, rho: float) -> tuple[Tensor, Tensor]:
     weight = torch.cholesky_solve(stats.cross.to(SOLVE_DTYPE), factor)
     bias = stats.target_mean.to(SOLVE_DTYPE) - stats.mean.to(SOLVE_DTYPE) @ weight
     return weight, bias
+
+
+def gcv_penalty(stats: DIStatistics, grid: tuple[float, ...] = GCV_GRID) -> float:
+    """The ridge penalty of ``grid`` (times the scatter's mean eigenvalue) with the least
+    generalised cross-validation error, from the statistics alone.
+
+    With ``S = Phi_c^T Phi_c = U diag(l) U^T`` and ``B = U^T Phi_c^T Y_c``, the
+    residual of the ridge fit is ``RSS = ||Y_c||^2 - sum_j ||B_j||^2 (l_j + 2 rho) /
+    (l_j + rho)^2`` and its degrees of freedom ``df = 1 + sum_j l_j / (l_j + rho)`` (the
+    intercept included); GCV is ``n RSS / (n - df)^2`` (Golub, Heath and Wahba, 1979),
+    summed over the targets.
+
+    Args:
+        stats: statistics of the training features and targets.
+        grid: penalties relative to ``trace(S) / J``.
+
+    Returns:
+        float: the chosen penalty ``rho > 0``.
+    """
+    scatter = stats.scatter.to(SOLVE_DTYPE)
+    eigenvalues, vectors = torch.linalg.eigh(scatter.tril() + scatter.tril(-1).mT)
+    eigenvalues = eigenvalues.clamp_min(0)
+    projected = (vectors.mT @ stats.cross.to(SOLVE_DTYPE)).square().sum(1)  # [J]
+    total = stats.target_scatter.to(SOLVE_DTYPE).sum()
+    n = stats.rows.to(SOLVE_DTYPE)
+    scale = eigenvalues.mean().clamp_min(torch.finfo(SOLVE_DTYPE).tiny)
+    rhos = scale * torch.tensor(grid, dtype=SOLVE_DTYPE, device=scale.device)[:, None]
+    shrink = (eigenvalues + 2 * rhos) / (eigenvalues + rhos).square()  # [G, J]
+    rss = (total - (shrink * projected).sum(1)).clamp_min(0)
+    df = 1 + (eigenvalues / (eigenvalues + rhos)).sum(1)
+    gcv = n * rss / (n - df).clamp_min(1).square()
+    return float(rhos[int(gcv.argmin()), 0])
 
 
 class RidgeHead(nn.Module):
@@ -139,3 +180,40 @@ class RidgeHead(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, num_outputs={self.num_outputs}, rho={self.rho}"
+
+
+class GCVRidgeHead(RidgeHead):
+    """A :class:`RidgeHead` whose penalty is chosen at each :meth:`fit` by generalised
+    cross-validation on the accumulated statistics (:func:`gcv_penalty`), for noisy
+    targets where a fixed small penalty overfits.
+
+    Args:
+        in_features: feature width ``J``.
+        num_outputs: number of outputs ``L``.
+
+    Attributes:
+        penalty (Tensor[]): the penalty of the last fit (a float64 buffer; ``0``
+            before any).
+    """
+
+    penalty: Tensor
+
+    def __init__(self, in_features: int, num_outputs: int) -> None:
+        super().__init__(in_features, num_outputs, rho=1.0)
+        self.register_buffer("penalty", torch.tensor(0.0, dtype=SOLVE_DTYPE))
+
+    @torch.no_grad()
+    def fit(self) -> None:
+        """Choose the penalty by GCV, then solve the ridge problem with it.
+
+        Raises:
+            RuntimeError: no batch was accumulated.
+        """
+        if self._stats is None:
+            raise RuntimeError(f"{type(self).__name__}: fit() called before any update()")
+        self.rho = gcv_penalty(self._stats)
+        self.penalty.fill_(self.rho)
+        super().fit()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, num_outputs={self.num_outputs}, rho='gcv'"

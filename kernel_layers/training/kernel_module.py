@@ -31,7 +31,7 @@ from kernel_layers.training.deferred import EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging, register_epoch_sums
 from kernel_layers.training.divergence import DivergenceGuard
 from kernel_layers.training.group_lasso import model_prox_step
-from kernel_layers.training.heads import RidgeHead
+from kernel_layers.training.heads import GCVRidgeHead, RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.losses import training_loss
 from kernel_layers.training.optimizer import build_optimizer
@@ -72,11 +72,13 @@ class KernelModule(LightningModule):
         given: dict[str, Any],
         *,
         num_outputs: int,
-        head_rho: float,
+        head_rho: float | None,
         trained_readout: bool = False,
     ) -> None:
         """The shared modules and buffers: the map, the backbone, the ridge read-out of
-        ``num_outputs`` outputs (and a trained linear one when ``trained_readout``), the
+        ``num_outputs`` outputs (penalty ``head_rho``; ``None``: chosen by generalised
+        cross-validation at each fit, :class:`~kernel_layers.training.heads.GCVRidgeHead`)
+        and a trained linear one when ``trained_readout``, the
         divergence guard and the epoch's DI sums; the architecture recorded as primitives
         in the hyper-parameters, so that the checkpoint alone rebuilds the model."""
         owner = type(self).__name__
@@ -88,7 +90,11 @@ class KernelModule(LightningModule):
         self.backbone = backbone
         width = kernel_layer.feature_width
         self.num_features = width
-        self.head = RidgeHead(width, num_outputs, rho=head_rho)
+        self.head = (
+            GCVRidgeHead(width, num_outputs)
+            if head_rho is None
+            else RidgeHead(width, num_outputs, rho=head_rho)
+        )
         self.readout = nn.Linear(width, num_outputs) if trained_readout else None
         # Whether init_map_from_data ran (the name predates the contract: checkpoints).
         self.register_buffer("landmarks_initialised", torch.tensor(False))

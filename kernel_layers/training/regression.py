@@ -23,7 +23,6 @@ from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
-from kernel_layers.training.heads import DEFAULT_HEAD_RHO
 from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.readout import check_head_ready
 
@@ -53,7 +52,8 @@ class KernelRegressor(KernelModule):
     targets of any scale train alike and ``train/di_epoch`` reads the same across data
     sets. The read-out (:class:`~kernel_layers.training.heads.RidgeHead`, with
     intercept, fitted exactly in one pass over the training data) takes the targets as
-    they are: its predictions scale with the targets, so no standardisation is needed.
+    they are: its predictions scale with the targets, so no standardisation is needed;
+    its penalty is chosen by generalised cross-validation unless ``head_rho`` is given.
 
     Logged: ``train/di`` (per step) and ``train/di_epoch`` (the mean of the epoch's
     batches, which :class:`~kernel_layers.callbacks.PlateauDecay` and
@@ -72,7 +72,9 @@ class KernelRegressor(KernelModule):
         rho: ridge parameter of DI / NysDI.
         lr: Adam learning rate of the kernel layer.
         backbone_lr: learning rate of the backbone (default ``lr``).
-        head_rho: ridge penalty of the closed-form read-out.
+        head_rho: ridge penalty of the closed-form read-out; ``None`` (default): chosen
+            at each fit by generalised cross-validation on the training statistics
+            (:class:`~kernel_layers.training.heads.GCVRidgeHead`), as noisy targets need.
         init_landmarks: hand the map the training rows it asks for when fit starts (a
             ``NystromLayer`` draws its landmarks from them), as ``KernelClassifier``.
         check_every: ``"step"``, ``"epoch"`` or ``"auto"``, as ``KernelClassifier``.
@@ -94,7 +96,7 @@ class KernelRegressor(KernelModule):
         rho: float = DEFAULT_RHO,
         lr: float = 1e-3,
         backbone_lr: float | None = None,
-        head_rho: float = DEFAULT_HEAD_RHO,
+        head_rho: float | None = None,
         init_landmarks: bool = True,
         check_every: str = "auto",
         approximation_rows: int = 0,
@@ -117,8 +119,8 @@ class KernelRegressor(KernelModule):
         preflight.check_scalars(
             owner,
             num_targets=num_targets,
-            positive={"rho": rho, "lr": lr, "head_rho": head_rho},
-            optional_positive={"backbone_lr": backbone_lr},
+            positive={"rho": rho, "lr": lr},
+            optional_positive={"backbone_lr": backbone_lr, "head_rho": head_rho},
             flags={"init_landmarks": init_landmarks},
             approximation_rows=approximation_rows,
         )

@@ -1,0 +1,296 @@
+"""Regression at the same ``J``: exact ``KernelRidge``, ``Nystroem`` + ``RidgeCV``, the
+untrained map with the ridge read-out, the DI-trained ``KernelRegressor`` and
+``DIRegressor()``.
+
+Protocol, the same for every method: ``train_test_split(test_size=0.3,
+random_state=0)``; features min-max scaled on the training rows (``MinMaxScaler``);
+targets standardised on the training rows (``StandardScaler``) for fitting, and the
+test ``R^2`` and RMSE computed in the targets' own units. ``J = min(200, rows // 3)``
+of the training rows. The approximations share the kernel parameter
+``gamma = 1 / (D * X_train.var())`` (scikit-learn's ``gamma="scale"``):
+
+* ``kernel_ridge_cv``: exact RBF ``KernelRidge``, ``alpha`` and ``gamma`` chosen by
+  3-fold cross-validation on the training rows (``GridSearchCV``: ``alpha`` in
+  ``1e-3 .. 1``, ``gamma`` in ``{0.1, 0.3, 1, 3, 10} x`` the shared one); on data of
+  more than ``KRR_ROWS`` training rows, on a seeded subset of that many (the figure
+  ``krr_rows`` says how many);
+* ``nystroem_ridge``: ``Nystroem(n_components=J)`` and ``RidgeCV`` (``alpha`` by
+  leave-one-out over ``1e-4 .. 1e2``);
+* ``untrained``: ``KernelRegressor`` with no epoch: a ``NystromLayer`` of ``J``
+  landmarks drawn from the training rows and the ridge read-out;
+* ``di``: the same map trained by DI (``KernelRegressor``, ``PlateauDecay`` and
+  ``DISaturationStopping`` on ``train/di_epoch``, at most ``MAX_EPOCHS``);
+* ``di_regressor``: ``DIRegressor()`` with its defaults (its own ``J`` and ``gamma``).
+
+Each (data set, method) is a record of ``benchmarks/results/regression.json``, written
+as soon as it is measured; a re-run skips those already there unless ``--force``.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/regression.py [--datasets diabetes boston] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from sklearn.datasets import load_diabetes, make_friedman1
+from sklearn.kernel_approximation import Nystroem
+from sklearn.kernel_ridge import KernelRidge
+from sklearn.linear_model import RidgeCV
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+from kernel_layers import KernelRegressor, NystromLayer
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
+from kernel_layers.data.tensor import TensorDataModule
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "benchmarks" / "results" / "regression.json"
+MLBENCH = Path("/work/main/data/mlbench")
+DATASETS = ("diabetes", "friedman1", "boston", "servo")
+METHODS = ("kernel_ridge_cv", "nystroem_ridge", "untrained", "di", "di_regressor")
+LABELS = {
+    "kernel_ridge_cv": "exact `KernelRidge` (CV)",
+    "nystroem_ridge": "`Nystroem` + `RidgeCV`",
+    "untrained": "untrained map + ridge",
+    "di": "DI-trained `KernelRegressor`",
+    "di_regressor": "`DIRegressor()`",
+}
+#: Exact kernel ridge on at most this many training rows.
+KRR_ROWS = 3000
+#: Epochs of DI training at most (the stopping rule usually ends earlier).
+MAX_EPOCHS = 60
+#: Adam's learning rate of the DI-trained map.
+LR = 1e-2
+#: DI's ridge parameter.
+RHO = 1e-4
+DESCRIPTION = (
+    "Regression at the same J (min(200, training rows // 3)): test R^2, RMSE (target units) "
+    "and fit seconds; 70/30 split random_state=0, features min-max scaled and targets "
+    "standardised on the training rows; exact KernelRidge with alpha and gamma by 3-fold CV "
+    f"on at most {KRR_ROWS} training rows; see benchmarks/regression.py."
+)
+
+Split = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def load(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of a data set (the mlbench CSVs from ``benchmarks/mlbench_data.py``)."""
+    if name == "diabetes":
+        x, y = load_diabetes(return_X_y=True)
+        return x, y
+    if name == "friedman1":
+        x, y = make_friedman1(n_samples=20_000, noise=1.0, random_state=0)
+        return x, y
+    import pandas as pd
+
+    if name == "boston":
+        frame = pd.read_csv(MLBENCH / "BostonHousing.csv")
+        return frame.drop(columns="medv").to_numpy(float), frame["medv"].to_numpy(float)
+    if name == "servo":
+        frame = pd.read_csv(MLBENCH / "Servo.csv")
+        x = pd.get_dummies(frame.drop(columns="Class"), columns=["Motor", "Screw"], dtype=float)
+        return x.to_numpy(float), frame["Class"].to_numpy(float)
+    raise ValueError(f"unknown data set {name!r}")
+
+
+def split(name: str) -> Split:
+    """Scaled features and raw targets of the 70/30 split."""
+    x, y = load(name)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
+    scale = MinMaxScaler().fit(x_train)
+    return scale.transform(x_train), scale.transform(x_test), y_train, y_test
+
+
+def components(rows: int) -> int:
+    """The ``J`` shared by the approximations."""
+    return min(200, rows // 3)
+
+
+def _fit_sklearn(make: Callable[[], Any], data: Split) -> tuple[np.ndarray, float, Any]:
+    """Fit on standardised targets; predictions in target units, fit seconds, model."""
+    x_train, x_test, y_train, _ = data
+    target = StandardScaler().fit(y_train[:, None])
+    model = make()
+    start = time.perf_counter()
+    model.fit(x_train, target.transform(y_train[:, None])[:, 0])
+    seconds = time.perf_counter() - start
+    prediction = target.inverse_transform(np.reshape(model.predict(x_test), (-1, 1)))[:, 0]
+    return prediction, seconds, model
+
+
+def _kernel_regressor(data: Split, j: int, gamma: float, epochs: int) -> tuple[np.ndarray, float]:
+    x_train, x_test, y_train, y_test = data
+    target = StandardScaler().fit(y_train[:, None])
+    y_fit = target.transform(y_train[:, None])
+    y_eval = target.transform(y_test[:, None])
+    batch = min(max(1000, 2 * j), len(x_train))
+    module = TensorDataModule(
+        x_train, y_fit, x_test, y_eval, float_targets=True, batch_size=batch, val_fraction=0.0
+    )
+    torch.manual_seed(0)
+    layer = NystromLayer(x_train.shape[1], j, gamma=gamma)
+    model = KernelRegressor(layer, lr=LR, rho=RHO)
+    callbacks = [PlateauDecay(verbose=False), DISaturationStopping()]
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        callbacks=callbacks if epochs else None,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    start = time.perf_counter()
+    if epochs:
+        trainer.fit(model, module)
+    else:  # the untrained map: the test loop draws the landmarks and fits the read-out
+        trainer.test(model, module, verbose=False)
+    seconds = time.perf_counter() - start
+    x = module.test_dataset.tensors[0]  # type: ignore[union-attr]
+    model.eval()
+    with torch.no_grad():
+        standardised = model.predict(model(x)).double().numpy()
+    return target.inverse_transform(standardised)[:, 0], seconds
+
+
+def measure(name: str, method: str, data: Split) -> dict[str, Any]:
+    """The figures of ``method`` on data set ``name``."""
+    x_train, _, _, y_test = data
+    j = components(len(x_train))
+    gamma = 1.0 / (x_train.shape[1] * x_train.var())
+    extra: dict[str, Any] = {}
+    if method == "kernel_ridge_cv":
+        rows = min(len(x_train), KRR_ROWS)
+        pick = np.random.default_rng(0).permutation(len(x_train))[:rows]
+        subset = (x_train[pick], data[1], data[2][pick], y_test)
+        grid = {
+            "alpha": [1e-3, 1e-2, 1e-1, 1.0],
+            "gamma": [gamma * f for f in (0.1, 0.3, 1, 3, 10)],
+        }
+        prediction, seconds, model = _fit_sklearn(
+            lambda: GridSearchCV(KernelRidge(kernel="rbf"), grid, cv=3), subset
+        )
+        extra = {"krr_rows": rows, **{k: float(v) for k, v in model.best_params_.items()}}
+        j = rows
+    elif method == "nystroem_ridge":
+        prediction, seconds, _ = _fit_sklearn(
+            lambda: make_pipeline(
+                Nystroem(gamma=gamma, n_components=j, random_state=0),
+                RidgeCV(alphas=np.logspace(-4, 2, 13)),
+            ),
+            data,
+        )
+    elif method in ("untrained", "di"):
+        epochs = 0 if method == "untrained" else MAX_EPOCHS
+        prediction, seconds = _kernel_regressor(data, j, gamma, epochs)
+    elif method == "di_regressor":
+        from kernel_layers.sklearn import DIRegressor
+
+        prediction, seconds, model = _fit_sklearn(lambda: DIRegressor(random_state=0), data)
+        j = int(model.n_components_)
+    else:
+        raise ValueError(f"unknown method {method!r}")
+    residual = y_test - prediction
+    r2 = 1.0 - float((residual**2).sum() / ((y_test - y_test.mean()) ** 2).sum())
+    rmse = float(np.sqrt((residual**2).mean()))
+    return {
+        "dataset": name,
+        "method": LABELS[method],
+        "rows": len(x_train) + len(y_test),
+        "J": j,
+        "r2": r2,
+        "rmse": rmse,
+        "fit_s": seconds,
+        **extra,
+    }
+
+
+def _commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"description": DESCRIPTION, "records": [], "tables": {}}
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    names = {record["name"] for record in data["records"]}
+    rows = [f"{d}/{m}" for d in DATASETS for m in METHODS if f"{d}/{m}" in names]
+    data["description"] = DESCRIPTION
+    data["tables"] = {
+        "regression": {
+            "rows": rows,
+            "columns": [
+                ["data set", "{dataset}"],
+                ["method", "{method}"],
+                ["J", "{J}"],
+                ["test R²", "{r2:.4f}"],
+                ["test RMSE", "{rmse:.4g}"],
+                ["fit", "{fit_s:.2f} s"],
+            ],
+        }
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--force", action="store_true", help="re-measure existing records")
+    parser.add_argument("--output", type=Path, default=RECORDS)
+    args = parser.parse_args(argv)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    command = " ".join(
+        ([f"OMP_NUM_THREADS={threads}"] if threads else [])
+        + ["python", "benchmarks/regression.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    machine = f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"
+    for name in args.datasets:
+        data = split(name)
+        for method in args.methods:
+            key = f"{name}/{method}"
+            records = _read(args.output)
+            if not args.force and any(r["name"] == key for r in records["records"]):
+                continue
+            figures = measure(name, method, data)
+            print(key, {k: figures[k] for k in ("J", "r2", "rmse", "fit_s")}, flush=True)
+            record = {
+                "name": key,
+                "figures": figures,
+                "command": command,
+                "commit": _commit(),
+                "machine": machine,
+                "date": date.today().isoformat(),
+            }
+            records = _read(args.output)  # re-read: another piece may have finished
+            records["records"] = [r for r in records["records"] if r["name"] != key]
+            records["records"].append(record)
+            _write(args.output, records)
+
+
+if __name__ == "__main__":
+    main()
