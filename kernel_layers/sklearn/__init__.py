@@ -6,6 +6,9 @@
 * :class:`DIClassifier` — that map followed by a ridge read-out whose penalty is chosen
   by closed-form leave-one-out: ``predict``, ``predict_proba``, ``decision_function``,
   ``score``.
+* :class:`DIRegressor` — a map trained by DI against the standardised targets (one or
+  several columns) and a ridge read-out chosen by leave-one-out: ``predict``, ``score``
+  (``R^2``).
 
 Both take and return NumPy arrays (float64 throughout, as scikit-learn's own kernel
 approximations), print nothing, and work inside ``Pipeline`` and ``GridSearchCV``.
@@ -24,5 +27,6 @@ Example:
 
 from kernel_layers.sklearn.classifier import READOUTS, DIClassifier
 from kernel_layers.sklearn.features import MAPS, DIFeatures
+from kernel_layers.sklearn.regressor import DIRegressor
 
-__all__ = ["MAPS", "READOUTS", "DIClassifier", "DIFeatures"]
+__all__ = ["MAPS", "READOUTS", "DIClassifier", "DIFeatures", "DIRegressor"]

@@ -20,7 +20,15 @@ import torch
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 
-__all__ = ["ALPHAS", "LooRidge", "fit_loo_ridge", "fit_ridge", "loo_ridge_scores", "scale_of"]
+__all__ = [
+    "ALPHAS",
+    "LooRidge",
+    "fit_loo_ridge",
+    "fit_loo_ridge_targets",
+    "fit_ridge",
+    "loo_ridge_scores",
+    "scale_of",
+]
 
 #: The penalties searched, relative to the mean eigenvalue of the centred ``Phi^T Phi``.
 ALPHAS = np.logspace(-6, 2, 33)
@@ -73,14 +81,18 @@ class _Decomposition:
         s (Tensor[J]), v (Tensor[J, J]): eigenvalues and eigenvectors of ``Phi_c^T Phi_c``.
         u (Tensor[N, J]): ``Phi_c V``.
         projected (Tensor[J, L]): ``U^T (Y - mean(Y))``.
-        targets (Tensor[N, L]): the ``{-1, +1}`` targets.
+        targets (Tensor[N, L]): the ``{-1, +1}`` targets (or, with ``classes=None``, the
+            float target matrix given as ``labels``).
     """
 
-    def __init__(self, features: np.ndarray, labels: torch.Tensor, classes: int) -> None:
+    def __init__(self, features: np.ndarray, labels: torch.Tensor, classes: int | None) -> None:
         phi = torch.as_tensor(features, dtype=torch.float64)
         self.mean = phi.mean(0)
         centred = phi - self.mean
-        self.targets = torch.nn.functional.one_hot(labels, classes).to(torch.float64) * 2 - 1
+        if classes is None:  # a float target matrix [N, L] (regression)
+            self.targets = labels.to(torch.float64)
+        else:
+            self.targets = torch.nn.functional.one_hot(labels, classes).to(torch.float64) * 2 - 1
         self.target_mean = self.targets.mean(0)
         s, v = torch.linalg.eigh(centred.T @ centred)
         self.s, self.v = s.clamp_min(0.0), v
@@ -186,3 +198,32 @@ def fit_loo_ridge(
         _temperature(loo[best], labels) if calibrate else 1.0,
         float(accuracy[best]),
     )
+
+
+def fit_loo_ridge_targets(
+    features: np.ndarray, targets: np.ndarray, alpha: float | None = None
+) -> LooRidge:
+    """The ridge read-out of a float target matrix (regression), its penalty chosen by
+    the least closed-form leave-one-out squared error over ``ALPHAS``, or given.
+
+    Args:
+        features (ndarray[N, J]): training features (float64).
+        targets (ndarray[N, L]): targets.
+        alpha: the penalty on the unscaled ``Phi^T Phi``; ``None``: chosen.
+
+    Returns:
+        LooRidge: the read-out fitted on all rows (``temperature = 1``; ``loo_accuracy``
+        holds the leave-one-out ``R^2`` averaged over the targets, ``nan`` when
+        ``alpha`` is given).
+    """
+    found = _Decomposition(features, torch.as_tensor(targets, dtype=torch.float64), None)
+    r2 = float("nan")
+    if alpha is None:
+        alphas = torch.as_tensor(ALPHAS * scale_of(features), dtype=torch.float64)
+        error = ((found.targets - found.loo_scores(alphas)) ** 2).sum(1)  # [A, L]
+        best = int(torch.argmin(error.sum(1)))
+        alpha = float(alphas[best])
+        total = ((found.targets - found.target_mean) ** 2).sum(0)
+        r2 = float((1 - error[best] / total.clamp_min(torch.finfo(total.dtype).tiny)).mean())
+    coef, intercept = found.weights(alpha)
+    return LooRidge(coef.numpy(), intercept.numpy(), alpha, 1.0, r2)

@@ -1,0 +1,201 @@
+"""The scikit-learn regressor :class:`DIRegressor`: a kernel map trained by DI against
+the (standardised) targets, followed by a ridge read-out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.objectives import DEFAULT_RHO
+from kernel_layers.sklearn.features import (
+    SCORE_ROWS,
+    _safe_gamma,
+    as_random_state,
+    build_map,
+    check_params,
+)
+from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge_targets, scale_of
+from kernel_layers.sklearn.training import (
+    TrainResult,
+    default_components,
+    split_rows,
+    train_map,
+    train_sizes,
+)
+
+__all__ = ["DIRegressor", "r2_score_of"]
+
+
+def _r2(truth: np.ndarray, prediction: np.ndarray) -> float:
+    """``R^2`` of ``prediction`` against ``truth [M, L]``, averaged over the targets (a
+    constant target scores 1 when predicted exactly, else 0, as scikit-learn's)."""
+    total = ((truth - truth.mean(0)) ** 2).sum(0)
+    error = ((truth - prediction) ** 2).sum(0)
+    exact = error <= np.finfo(np.float64).eps * max(1.0, float(np.abs(truth).max()))
+    safe = np.where(total > 0, total, 1.0)
+    return float(np.where(total > 0, 1 - error / safe, np.where(exact, 1.0, 0.0)).mean())
+
+
+def r2_score_of(
+    x_fit: torch.Tensor, y_fit: np.ndarray, x_held: torch.Tensor, y_held: np.ndarray
+) -> Any:
+    """The held-out score of a regressing map: a ridge read-out fitted on the map's
+    features of ``x_fit [N, D]`` (targets ``y_fit [N, L]``), then its ``R^2`` on ``x_held
+    [M, D]`` (targets ``y_held [M, L]``). The penalty is chosen once, by closed-form
+    leave-one-out on the first map scored (the untrained one), and kept relative to the
+    features' scale for later maps, as the classifiers' held-out score does."""
+    chosen: list[float] = []
+
+    def score(layer: KernelFeatureMap) -> tuple[float]:
+        features = layer(x_fit).cpu().numpy()
+        if not chosen:
+            first = fit_loo_ridge_targets(features, y_fit)
+            chosen.append(first.alpha / scale_of(features))
+        readout = fit_loo_ridge_targets(features, y_fit, chosen[0] * scale_of(features))
+        return (_r2(y_held, readout.scores(layer(x_held).cpu().numpy())),)
+
+    return score
+
+
+class DIRegressor(RegressorMixin, BaseEstimator):
+    """A DI-trained kernel map followed by a ridge read-out, for regression.
+
+    The targets are standardised on the training rows (each column to mean 0 and
+    standard deviation 1; a constant column only centred), so that DI weighs every
+    target alike, whatever its units; the map is trained by Adam on ``-DI`` of the
+    standardised target matrix (the DI paper's general form) with
+    :func:`~kernel_layers.sklearn.training.train_map`, the map kept at its best held-out
+    ``R^2`` (the untrained map included). The read-out is a ridge regression on the
+    features whose penalty is chosen by closed-form leave-one-out
+    (:func:`~kernel_layers.sklearn.readout.fit_loo_ridge_targets`).
+
+    Args: those of :class:`~kernel_layers.sklearn.DIFeatures`; ``validation_fraction``
+    holds rows out to score the map by the ``R^2`` of the ridge read-out fitted on the
+    other rows.
+
+    Attributes:
+        layer_ (NystromLayer | FourierLayer): the trained map.
+        readout_ (LooRidge): the read-out on standardised targets.
+        n_features_in_ (int): number of input features.
+        feature_names_in_ (ndarray): column names of ``X`` when it has string names.
+        n_components_ (int): the ``J`` used.
+        batch_size_ (int): rows per DI step (``0``: no training).
+        di_history_ (list[float]): mean training DI of each epoch.
+        validation_scores_ (list[float]): held-out ``R^2`` before training and after each
+            epoch (empty without held-out rows).
+        best_epoch_ (int): the epoch whose map was kept (``0``: the untrained map).
+        lr_decay_epochs_ (list[int]): epochs after which the learning rate was divided
+            by 10.
+    """
+
+    def __init__(
+        self,
+        n_components: int | None = None,
+        *,
+        map: str = "nystrom",
+        kernel: str = "gaussian",
+        gamma: float | None = None,
+        max_epochs: int = 10,
+        batch_size: int | None = None,
+        lr: float = 3e-3,
+        rho: float = DEFAULT_RHO,
+        validation_fraction: float | None = 0.1,
+        n_iter_no_change: int = 5,
+        random_state: int | np.random.RandomState | None = None,
+        device: str = "cpu",
+    ) -> None:
+        self.n_components = n_components
+        self.map = map
+        self.kernel = kernel
+        self.gamma = gamma
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.rho = rho
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.random_state = random_state
+        self.device = device
+
+    def fit(self, X: Any, y: Any) -> DIRegressor:
+        """Learn the map on ``X [n_samples, n_features]`` and real targets ``y
+        [n_samples]`` or ``[n_samples, n_targets]``, then the read-out on its features.
+
+        Raises:
+            TypeError, ValueError: a parameter of the wrong type or out of range (named),
+                ``batch_size <= n_components``, a ``device`` this machine lacks, or
+                targets that are not finite numbers (scikit-learn's message).
+        """
+        device = check_params(self)
+        owner = type(self).__name__
+        X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
+        targets = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        self._one_target = np.ndim(y) == 1
+        self.target_mean_ = targets.mean(0)
+        scale = targets.std(0)
+        self.target_scale_ = np.where(scale > 0, scale, 1.0)
+        z = (targets - self.target_mean_) / self.target_scale_
+        seed = int(as_random_state(owner, self.random_state).randint(2**31 - 1))
+        x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
+        gamma = self.gamma if self.gamma is not None else _safe_gamma(X)
+        trains = self.max_epochs > 0 and len(x) > 2
+        fit, held = split_rows(len(x), self.validation_fraction if trains else None, seed)
+        width = self.n_components or default_components(len(x))
+        batch = 0  # the untrained map: as many landmarks as rows at most (as Nystroem)
+        if trains:  # a batch from the rows trained on, and J below it
+            width, batch = train_sizes(owner, self.batch_size, len(fit), width)
+        layer = build_map(self.map, self.kernel, gamma, x[fit], width, seed).to(device)
+        result = TrainResult()
+        if trains:
+            score = None
+            if len(held):
+                scored = fit
+                if len(fit) > SCORE_ROWS:
+                    scored = np.sort(np.random.RandomState(seed).choice(fit, SCORE_ROWS, False))
+                score = r2_score_of(x[scored], z[scored], x[held], z[held])
+            result = train_map(
+                layer,
+                x[fit],
+                torch.as_tensor(z[fit], device=device),
+                num_classes=None,
+                batch=batch,
+                max_epochs=self.max_epochs,
+                lr=self.lr,
+                rho=self.rho,
+                generator=torch.Generator().manual_seed(seed),
+                score=score,
+                n_iter_no_change=self.n_iter_no_change,
+            )
+        self.layer_ = layer.eval()
+        self.n_components_ = layer.out_features
+        self.batch_size_ = batch
+        self.di_history_ = result.di_history
+        self.validation_scores_ = [s[0] for s in result.score_history]
+        self.best_epoch_ = result.best_epoch
+        self.lr_decay_epochs_ = result.lr_decay_epochs
+        self.readout_: LooRidge = fit_loo_ridge_targets(self._features(x), z)
+        return self
+
+    def _features(self, x: torch.Tensor) -> np.ndarray:
+        with torch.no_grad():
+            return self.layer_(x).cpu().numpy()
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predictions ``[n_samples]`` (``[n_samples, n_targets]`` for a 2-D ``y``)."""
+        check_is_fitted(self, "readout_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        device = next(self.layer_.parameters()).device
+        features = self._features(torch.tensor(X, dtype=torch.float64, device=device))
+        prediction = self.readout_.scores(features) * self.target_scale_ + self.target_mean_
+        return prediction[:, 0] if self._one_target else prediction
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        return tags
