@@ -18,8 +18,13 @@ of the training rows. The approximations share the kernel parameter
   leave-one-out over ``1e-4 .. 1e2``);
 * ``untrained``: ``KernelRegressor`` with no epoch: a ``NystromLayer`` of ``J``
   landmarks drawn from the training rows and the ridge read-out;
-* ``di``: the same map trained by DI (``KernelRegressor``, ``PlateauDecay`` and
-  ``DISaturationStopping`` on ``train/di_epoch``, at most ``MAX_EPOCHS``);
+* ``di_last``: the same map trained by DI (``KernelRegressor``, ``PlateauDecay`` and
+  ``DISaturationStopping`` on ``train/di_epoch``, at most ``MAX_EPOCHS``), its last
+  epoch. The Lightning methods refit their ridge read-out (penalty by GCV) on every
+  training row at the end;
+* ``di``: the same, trained on 90 % of the training rows and validated on the other
+  ``HELD_OUT`` after each epoch, the epoch of the best ``val/r2`` kept (Lightning's
+  ``ModelCheckpoint``);
 * ``di_regressor``: ``DIRegressor()`` with its defaults (its own ``J`` and ``gamma``).
 
 Each (data set, method) is a record of ``benchmarks/results/regression.json``, written
@@ -38,6 +43,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
@@ -47,6 +53,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
 from sklearn.datasets import load_diabetes, make_friedman1
 from sklearn.kernel_approximation import Nystroem
 from sklearn.kernel_ridge import KernelRidge
@@ -54,6 +62,7 @@ from sklearn.linear_model import RidgeCV
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
+from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers import KernelRegressor, NystromLayer
 from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
@@ -63,12 +72,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "results" / "regression.json"
 MLBENCH = Path("/work/main/data/mlbench")
 DATASETS = ("diabetes", "friedman1", "boston", "servo")
-METHODS = ("kernel_ridge_cv", "nystroem_ridge", "untrained", "di", "di_regressor")
+METHODS = ("kernel_ridge_cv", "nystroem_ridge", "untrained", "di_last", "di", "di_regressor")
 LABELS = {
     "kernel_ridge_cv": "exact `KernelRidge` (CV)",
     "nystroem_ridge": "`Nystroem` + `RidgeCV`",
     "untrained": "untrained map + ridge",
-    "di": "DI-trained `KernelRegressor`",
+    "di_last": "DI-trained `KernelRegressor`, last epoch",
+    "di": "DI-trained `KernelRegressor`, best on held-out rows",
     "di_regressor": "`DIRegressor()`",
 }
 #: Exact kernel ridge on at most this many training rows.
@@ -79,6 +89,8 @@ MAX_EPOCHS = 60
 LR = 1e-2
 #: DI's ridge parameter.
 RHO = 1e-4
+#: Share of the training rows the ``di`` method validates on to keep its best epoch.
+HELD_OUT = 0.1
 DESCRIPTION = (
     "Regression at the same J (min(200, training rows // 3)): test R^2, RMSE (target units) "
     "and fit seconds; 70/30 split random_state=0, features min-max scaled and targets "
@@ -134,34 +146,45 @@ def _fit_sklearn(make: Callable[[], Any], data: Split) -> tuple[np.ndarray, floa
     return prediction, seconds, model
 
 
-def _kernel_regressor(data: Split, j: int, gamma: float, epochs: int) -> tuple[np.ndarray, float]:
+def _kernel_regressor(
+    data: Split, j: int, gamma: float, epochs: int, held_out: float
+) -> tuple[np.ndarray, float]:
+    """``KernelRegressor`` trained ``epochs`` at most (0: the untrained map); with
+    ``held_out > 0`` that share of the training rows is validated on after each epoch and
+    the epoch of the best ``val/r2`` is kept (Lightning's ``ModelCheckpoint``). The
+    read-out is refitted on every training row at the end."""
     x_train, x_test, y_train, y_test = data
     target = StandardScaler().fit(y_train[:, None])
     y_fit = target.transform(y_train[:, None])
     y_eval = target.transform(y_test[:, None])
-    batch = min(max(1000, 2 * j), len(x_train))
+    batch = min(max(1000, 2 * j), round(len(x_train) * (1 - held_out)))
     module = TensorDataModule(
-        x_train, y_fit, x_test, y_eval, float_targets=True, batch_size=batch, val_fraction=0.0
+        x_train, y_fit, x_test, y_eval, float_targets=True, batch_size=batch, val_fraction=held_out
     )
     torch.manual_seed(0)
-    layer = NystromLayer(x_train.shape[1], j, gamma=gamma)
-    model = KernelRegressor(layer, lr=LR, rho=RHO)
-    callbacks = [PlateauDecay(verbose=False), DISaturationStopping()]
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        callbacks=callbacks if epochs else None,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
-    start = time.perf_counter()
-    if epochs:
-        trainer.fit(model, module)
-    else:  # the untrained map: the test loop draws the landmarks and fits the read-out
-        trainer.test(model, module, verbose=False)
-    seconds = time.perf_counter() - start
+    model = KernelRegressor(NystromLayer(x_train.shape[1], j, gamma=gamma), lr=LR, rho=RHO)
+    with tempfile.TemporaryDirectory() as folder:
+        best = ModelCheckpoint(dirpath=folder, monitor="val/r2", mode="max")
+        callbacks: list[Callback] = [PlateauDecay(verbose=False), DISaturationStopping()]
+        trainer = L.Trainer(
+            max_epochs=epochs,
+            callbacks=[*callbacks, best] if held_out else callbacks,
+            logger=False,
+            enable_checkpointing=bool(held_out),
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+        start = time.perf_counter()
+        if epochs:
+            trainer.fit(model, module)
+            if held_out:
+                model = KernelRegressor.load_from_checkpoint(best.best_model_path)
+        else:  # the untrained map: the test loop draws the landmarks
+            trainer.test(model, module, verbose=False)
+        every_row = TensorDataset(module.transform(x_train), torch.as_tensor(y_fit).float())
+        model.refit_head(DataLoader(every_row, batch_size=4096))
+        seconds = time.perf_counter() - start
     x = module.test_dataset.tensors[0]  # type: ignore[union-attr]
     model.eval()
     with torch.no_grad():
@@ -196,9 +219,10 @@ def measure(name: str, method: str, data: Split) -> dict[str, Any]:
             ),
             data,
         )
-    elif method in ("untrained", "di"):
+    elif method in ("untrained", "di", "di_last"):
         epochs = 0 if method == "untrained" else MAX_EPOCHS
-        prediction, seconds = _kernel_regressor(data, j, gamma, epochs)
+        held_out = HELD_OUT if method == "di" else 0.0
+        prediction, seconds = _kernel_regressor(data, j, gamma, epochs, held_out)
     elif method == "di_regressor":
         from kernel_layers.sklearn import DIRegressor
 

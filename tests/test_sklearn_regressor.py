@@ -20,3 +20,71 @@ FAST = {"max_epochs": 2, "random_state": 0}
 @parametrize_with_checks([DIRegressor(**FAST), DIRegressor(map="fourier", **FAST)])
 def test_sklearn_compatible_estimator(estimator, check) -> None:
     check(estimator)
+
+
+def _friedman(rows: int = 900) -> tuple[np.ndarray, ...]:
+    x, y = make_friedman1(n_samples=rows, noise=0.5, random_state=0)
+    cut = rows * 2 // 3
+    return x[:cut], x[cut:], y[:cut], y[cut:]
+
+
+def test_trained_map_beats_the_untrained_one_and_nystroem_ridge() -> None:
+    x_train, x_test, y_train, y_test = _friedman()
+    options = {"n_components": 60, "random_state": 0, "lr": 1e-2, "max_epochs": 15}
+    trained = DIRegressor(**options).fit(x_train, y_train)
+    untrained = DIRegressor(**{**options, "max_epochs": 0}).fit(x_train, y_train)
+    baseline = make_pipeline(
+        Nystroem(gamma=trained.layer_.gamma, n_components=60, random_state=0),
+        RidgeCV(alphas=np.logspace(-4, 2, 13)),
+    ).fit(x_train, y_train)
+    assert trained.best_epoch_ > 0 and len(trained.validation_scores_) > 1
+    assert trained.score(x_test, y_test) > untrained.score(x_test, y_test) + 0.02
+    assert trained.score(x_test, y_test) > baseline.score(x_test, y_test)
+
+
+def test_two_targets_predict_two_columns_in_their_units() -> None:
+    x_train, x_test, y_train, _ = _friedman(300)
+    y2 = np.stack([y_train, 1000.0 * y_train + 5.0], 1)
+    model = DIRegressor(n_components=20, max_epochs=2, random_state=0).fit(x_train, y2)
+    prediction = model.predict(x_test)
+    assert prediction.shape == (len(x_test), 2)
+    # the targets are standardised: the second column is the first in other units
+    np.testing.assert_allclose(prediction[:, 1], 1000.0 * prediction[:, 0] + 5.0, rtol=1e-9)
+    np.testing.assert_allclose(model.target_scale_, [y_train.std(), 1000.0 * y_train.std()])
+
+
+def test_loo_read_out_matches_the_explicit_leave_one_out() -> None:
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(40, 5))
+    targets = features[:, :1] * 2.0 + rng.normal(size=(40, 1))
+    readout = fit_loo_ridge_targets(features, targets)
+    errors = []
+    for i in range(40):  # the chosen penalty, refitted without row i
+        keep = np.arange(40) != i
+        fold = fit_loo_ridge_targets(features[keep], targets[keep], readout.alpha)
+        errors.append(float(((fold.scores(features[i : i + 1]) - targets[i]) ** 2).sum()))
+    total = float(((targets - targets.mean()) ** 2).sum())
+    assert readout.loo_accuracy == pytest.approx(1 - sum(errors) / total, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"rho": 0.0}, ValueError, "rho"),
+        ({"validation_fraction": 1.5}, ValueError, "validation_fraction"),
+        ({"max_epochs": -1}, ValueError, "max_epochs"),
+        ({"map": "spline"}, ValueError, "map"),
+    ],
+)
+def test_bad_parameters_are_named(params: dict, error: type, match: str) -> None:
+    x, _, y, _ = _friedman(60)
+    with pytest.raises(error, match=match):
+        DIRegressor(**params).fit(x, y)
+
+
+def test_bad_targets_are_refused() -> None:
+    x, _, y, _ = _friedman(60)
+    with pytest.raises(ValueError, match="NaN"):
+        DIRegressor(max_epochs=1).fit(x, np.where(np.arange(len(y)) == 3, np.nan, y))
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        DIRegressor(max_epochs=1).fit(x, np.array(["a"] * len(y)))
