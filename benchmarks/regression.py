@@ -29,6 +29,8 @@ of the training rows. The approximations share the kernel parameter
 
 Each (data set, method) is a record of ``benchmarks/results/regression.json``, written
 as soon as it is measured; a re-run skips those already there unless ``--force``.
+``--components``, ``--lr`` and ``--rho`` measure variants (records named
+``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``).
 
 Usage::
 
@@ -89,6 +91,7 @@ MAX_EPOCHS = 60
 LR = 1e-2
 #: DI's ridge parameter.
 RHO = 1e-4
+LR_DEFAULT, RHO_DEFAULT = LR, RHO
 #: Share of the training rows the ``di`` method validates on to keep its best epoch.
 HELD_OUT = 0.1
 DESCRIPTION = (
@@ -192,10 +195,10 @@ def _kernel_regressor(
     return target.inverse_transform(standardised)[:, 0], seconds
 
 
-def measure(name: str, method: str, data: Split) -> dict[str, Any]:
-    """The figures of ``method`` on data set ``name``."""
+def measure(name: str, method: str, data: Split, width: int | None = None) -> dict[str, Any]:
+    """The figures of ``method`` on data set ``name`` (``width``: J, else the default)."""
     x_train, _, _, y_test = data
-    j = components(len(x_train))
+    j = width or components(len(x_train))
     gamma = 1.0 / (x_train.shape[1] * x_train.var())
     extra: dict[str, Any] = {}
     if method == "kernel_ridge_cv":
@@ -241,6 +244,8 @@ def measure(name: str, method: str, data: Split) -> dict[str, Any]:
         "r2": r2,
         "rmse": rmse,
         "fit_s": seconds,
+        "lr": LR,
+        "rho": RHO,
         **extra,
     }
 
@@ -259,21 +264,27 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    names = {record["name"] for record in data["records"]}
+    names = [record["name"] for record in data["records"]]
     rows = [f"{d}/{m}" for d in DATASETS for m in METHODS if f"{d}/{m}" in names]
+    variants = sorted(
+        (n for n in names if "@" in n),
+        key=lambda n: (DATASETS.index(n.split("/")[0]), n.split("@")[1], n),
+    )
+    columns = [
+        ["data set", "{dataset}"],
+        ["method", "{method}"],
+        ["J", "{J}"],
+        ["test R²", "{r2:.4f}"],
+        ["test RMSE", "{rmse:.4g}"],
+        ["fit", "{fit_s:.2f} s"],
+    ]
     data["description"] = DESCRIPTION
     data["tables"] = {
-        "regression": {
-            "rows": rows,
-            "columns": [
-                ["data set", "{dataset}"],
-                ["method", "{method}"],
-                ["J", "{J}"],
-                ["test R²", "{r2:.4f}"],
-                ["test RMSE", "{rmse:.4g}"],
-                ["fit", "{fit_s:.2f} s"],
-            ],
-        }
+        "regression": {"rows": rows, "columns": columns},
+        "regression_variants": {
+            "rows": variants,
+            "columns": [*columns[:3], ["DI lr", "{lr:g}"], ["DI rho", "{rho:g}"], *columns[3:]],
+        },
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
@@ -286,7 +297,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--force", action="store_true", help="re-measure existing records")
     parser.add_argument("--output", type=Path, default=RECORDS)
+    parser.add_argument("--components", type=int, help="J (default: min(200, rows // 3))")
+    parser.add_argument("--lr", type=float, default=LR, help="Adam's learning rate of DI")
+    parser.add_argument("--rho", type=float, default=RHO, help="DI's ridge parameter")
     args = parser.parse_args(argv)
+    globals().update(LR=args.lr, RHO=args.rho)
+    changed = [f"J{args.components}"] if args.components else []
+    changed += [f"lr{args.lr:g}"] if args.lr != LR_DEFAULT else []
+    changed += [f"rho{args.rho:g}"] if args.rho != RHO_DEFAULT else []
+    suffix = "@" + ",".join(changed) if changed else ""
     threads = os.environ.get("OMP_NUM_THREADS")
     command = " ".join(
         ([f"OMP_NUM_THREADS={threads}"] if threads else [])
@@ -296,11 +315,11 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.datasets:
         data = split(name)
         for method in args.methods:
-            key = f"{name}/{method}"
+            key = f"{name}/{method}{suffix}"
             records = _read(args.output)
             if not args.force and any(r["name"] == key for r in records["records"]):
                 continue
-            figures = measure(name, method, data)
+            figures = measure(name, method, data, args.components)
             print(key, {k: figures[k] for k in ("J", "r2", "rmse", "fit_s")}, flush=True)
             record = {
                 "name": key,
