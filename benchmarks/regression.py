@@ -244,8 +244,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
         "r2": r2,
         "rmse": rmse,
         "fit_s": seconds,
-        "lr": LR,
-        "rho": RHO,
+        **({"lr": LR, "rho": RHO} if method in ("di", "di_last") else {}),
         **extra,
     }
 

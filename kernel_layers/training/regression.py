@@ -50,7 +50,7 @@ class KernelRegressor(KernelModule):
     as a classifier's one-hot columns are: the batch's DI is then the sum over the
     targets of its in-batch ridge ``R^2`` (at most ``L``), in no target's units, so that
     targets of any scale train alike and ``train/di_epoch`` reads the same across data
-    sets. The read-out (:class:`~kernel_layers.training.heads.RidgeHead`, with
+    sets (under DDP, each process scales its own rows' columns). The read-out (:class:`~kernel_layers.training.heads.RidgeHead`, with
     intercept, fitted exactly in one pass over the training data) takes the targets as
     they are: its predictions scale with the targets, so no standardisation is needed;
     its penalty is chosen by generalised cross-validation unless ``head_rho`` is given.
