@@ -14,7 +14,7 @@ from sklearn.datasets import make_classification
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from kernel_layers.callbacks import DISaturationStopping, KeepBest, PlateauDecay
+from kernel_layers.callbacks import DISaturationStopping, KeepBest, PlateauDecay, UntrainedBaseline
 from kernel_layers.data import TensorDataModule
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.objectives import discriminant_information
@@ -175,3 +175,27 @@ def test_the_stopping_rule_can_watch_validation_accuracy(
 def test_bad_keep_best_is_named(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         KernelClassifier(FourierLayer(8, 10, seed=0), num_classes=3, **kwargs)
+
+
+def test_the_untrained_map_is_handed_back_when_no_epoch_beats_it(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    L.seed_everything(0)
+    layer = FourierLayer(8, 30, seed=0)
+    start = {k: v.clone() for k, v in layer.state_dict().items()}
+    model = KernelClassifier(layer, num_classes=3, lr=50.0, keep_best="val/acc")
+    baseline = UntrainedBaseline()
+    trainer = make_trainer(callbacks=[baseline], max_epochs=3)
+    dm = _data()
+    trainer.fit(model, dm)
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    assert keep.best_epoch == -1  # a learning rate that wrecks the map: nothing beats it
+    for name, value in model.kernel_layer.state_dict().items():
+        torch.testing.assert_close(value, start[name], rtol=0, atol=0)
+    tested = trainer.test(model, dm, verbose=False)[0]["test/acc"]
+    assert tested == pytest.approx(baseline.accuracy, abs=1e-6)  # the read-out refitted
+
+
+def test_include_untrained_needs_a_data_module(make_trainer: Callable[..., L.Trainer]) -> None:
+    with pytest.raises(TypeError, match=r"KeepBest: include_untrained needs a KernelClassifier"):
+        make_trainer(callbacks=[KeepBest()], max_epochs=1).fit(_Scripted(), _loader(), _loader())
