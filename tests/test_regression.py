@@ -206,3 +206,20 @@ def test_gcv_penalty_is_the_argmin_of_the_explicit_gcv() -> None:
     assert head.penalty.item() == pytest.approx(chosen)
     weight = np.linalg.solve(pc.T @ pc + chosen * np.eye(12), pc.T @ yc)
     np.testing.assert_allclose(head.weight.numpy(), weight, rtol=1e-6)
+
+
+def test_keep_best_hands_back_the_best_validation_epoch(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    data = _data(val_fraction=0.25, batch_size=150)
+    model = _model(lr=5e-2, keep_best="val/r2")
+    keep = [c for c in model.configure_callbacks() if type(c).__name__ == "KeepBest"]
+    assert len(keep) == 1 and keep[0].monitor == "val/r2"
+    trainer = make_trainer(max_epochs=4)
+    trainer.fit(model, data)
+    best = next(c for c in trainer.callbacks if type(c).__name__ == "KeepBest")
+    assert best.best_epoch is not None and best.best_state is not None
+    for key, value in model.kernel_layer.state_dict().items():
+        assert torch.equal(value.cpu(), best.best_state[f"kernel_layer.{key}"])
+    with pytest.raises(ValueError, match="keep_best"):
+        _model(keep_best="val/acc")

@@ -22,6 +22,7 @@ from lightning.pytorch import Callback, LightningModule
 from torch import Tensor, nn
 from typing_extensions import Self
 
+from kernel_layers.callbacks.keep_best import KeepBest
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.approximation import KernelApproximationLogging
@@ -161,8 +162,9 @@ class KernelModule(LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI
-        (objective ``"di"``), the deferred checks (unless ``check_every="step"``) and the
-        kernel approximation error (``approximation_rows > 0``)."""
+        (objective ``"di"``), the deferred checks (unless ``check_every="step"``), the
+        kernel approximation error (``approximation_rows > 0``) and the best epoch kept
+        (``keep_best``)."""
         callbacks: list[Callback] = [ReadoutRefit()]
         if self.objective == "di":
             callbacks.append(EpochDILogging())
@@ -171,6 +173,8 @@ class KernelModule(LightningModule):
             callbacks.insert(0, EpochChecks(check_every))  # read before anything logs
         if self.hparams.get("approximation_rows", 0):
             callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
+        if self.hparams.get("keep_best"):
+            callbacks.append(KeepBest(self.hparams["keep_best"]))
         return callbacks
 
     # ------------------------------------------------------------------ features

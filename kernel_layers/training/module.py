@@ -29,6 +29,7 @@ from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
+from kernel_layers.training.di_epoch import log_validation_di
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO
 from kernel_layers.training.kernel_module import KernelModule
@@ -65,8 +66,9 @@ class KernelClassifier(KernelModule):
     :class:`~kernel_layers.callbacks.PlateauDecay` and
     :class:`~kernel_layers.callbacks.DISaturationStopping` watch);
     ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
-    ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc`` and
-    ``test/acc``.
+    ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc``,
+    ``val/di`` (``"di"``: the mean DI of the validation batches larger than the feature
+    width, weighted by their rows) and ``test/acc``.
 
     Checkpoints hold only tensors and primitive types (``weights_only=True`` loads
     them); the epoch's DI sums are buffers, so a fit resumed mid-epoch reports the same
@@ -103,6 +105,11 @@ class KernelClassifier(KernelModule):
             the epoch's end (:class:`~kernel_layers.training.deferred.EpochChecks`), the
             epoch's start restored on a failure; ``"auto"`` (default): ``"step"`` on the
             CPU, ``"epoch"`` on any other device.
+        approximation_rows: log the kernel approximation error on this many validation
+            rows (``0``: not logged).
+        keep_best: ``"val/acc"`` or ``"val/di"``: the model handed back when ``fit``
+            ends is the one of the best epoch on that validation metric
+            (:class:`~kernel_layers.callbacks.KeepBest`), not the last; ``None``: the last.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
@@ -125,6 +132,7 @@ class KernelClassifier(KernelModule):
         group_lasso: float = 0.0,
         check_every: str = "auto",
         approximation_rows: int = 0,
+        keep_best: str | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -141,6 +149,7 @@ class KernelClassifier(KernelModule):
             objectives=OBJECTIVES,
             check_every=check_every,
             check_every_choices=CHECK_EVERY,
+            keep_best=keep_best,
         )
         preflight.check_scalars(
             owner,
@@ -225,6 +234,8 @@ class KernelClassifier(KernelModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, self.val_acc, "val/acc")
+        if self.hparams["objective"] == "di":
+            log_validation_di(self, batch)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, self.test_acc, "test/acc")

@@ -16,7 +16,7 @@ from typing import Any
 from torch import Tensor, nn
 from torchmetrics import MeanSquaredError, MetricCollection, R2Score
 
-from kernel_layers._validation import check_float_targets
+from kernel_layers._validation import check_choice, check_float_targets
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO, unit_norm_columns
 from kernel_layers.training import preflight
@@ -26,7 +26,10 @@ from kernel_layers.training.deferred import CHECK_EVERY
 from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.readout import check_head_ready
 
-__all__ = ["KernelRegressor"]
+__all__ = ["KEEP_BEST", "KernelRegressor"]
+
+#: The validation metrics ``KernelRegressor(keep_best=...)`` can keep the best epoch of.
+KEEP_BEST = ("val/r2",)
 
 
 def _metrics() -> MetricCollection:
@@ -50,10 +53,11 @@ class KernelRegressor(KernelModule):
     as a classifier's one-hot columns are: the batch's DI is then the sum over the
     targets of its in-batch ridge ``R^2`` (at most ``L``), in no target's units, so that
     targets of any scale train alike and ``train/di_epoch`` reads the same across data
-    sets (under DDP, each process scales its own rows' columns). The read-out (:class:`~kernel_layers.training.heads.RidgeHead`, with
-    intercept, fitted exactly in one pass over the training data) takes the targets as
-    they are: its predictions scale with the targets, so no standardisation is needed;
-    its penalty is chosen by generalised cross-validation unless ``head_rho`` is given.
+    sets (under DDP, each process scales its own rows' columns). The read-out
+    (:class:`~kernel_layers.training.heads.RidgeHead`, with intercept, fitted exactly in
+    one pass over the training data) takes the targets as they are: its predictions
+    scale with the targets, so no standardisation is needed; its penalty is chosen by
+    generalised cross-validation unless ``head_rho`` is given.
 
     Logged: ``train/di`` (per step) and ``train/di_epoch`` (the mean of the epoch's
     batches, which :class:`~kernel_layers.callbacks.PlateauDecay` and
@@ -79,6 +83,11 @@ class KernelRegressor(KernelModule):
             ``NystromLayer`` draws its landmarks from them), as ``KernelClassifier``.
         check_every: ``"step"``, ``"epoch"`` or ``"auto"``, as ``KernelClassifier``.
         approximation_rows: rows kept to log the kernel approximation error (0: none).
+        keep_best: ``"val/r2"``: the model handed back when ``fit`` ends is the one of
+            the best epoch on the validation ``R^2``
+            (:class:`~kernel_layers.callbacks.KeepBest`), not the last, so that a map that
+            fits the training rows' noise (small data) is not returned; ``None``: the
+            last.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
@@ -100,6 +109,7 @@ class KernelRegressor(KernelModule):
         init_landmarks: bool = True,
         check_every: str = "auto",
         approximation_rows: int = 0,
+        keep_best: str | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -124,6 +134,8 @@ class KernelRegressor(KernelModule):
             flags={"init_landmarks": init_landmarks},
             approximation_rows=approximation_rows,
         )
+        if keep_best is not None:
+            check_choice(owner, "keep_best", keep_best, KEEP_BEST)
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self._build(kernel_layer, backbone, given, num_outputs=num_targets, head_rho=head_rho)
         self.val_metrics = _metrics().clone(prefix="val/")
