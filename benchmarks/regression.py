@@ -40,20 +40,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
+import records
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -249,21 +244,9 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     }
 
 
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"description": DESCRIPTION, "records": [], "tables": {}}
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    names = [record["name"] for record in data["records"]]
+def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tables ``regression`` (the defaults) and ``regression_variants``."""
+    names = [record["name"] for record in records]
     rows = [f"{d}/{m}" for d in DATASETS for m in METHODS if f"{d}/{m}" in names]
     variants = sorted(
         (n for n in names if "@" in n),
@@ -277,17 +260,13 @@ def _write(path: Path, data: dict[str, Any]) -> None:
         ["test RMSE", "{rmse:.4g}"],
         ["fit", "{fit_s:.2f} s"],
     ]
-    data["description"] = DESCRIPTION
-    data["tables"] = {
+    return {
         "regression": {"rows": rows, "columns": columns},
         "regression_variants": {
             "rows": variants,
             "columns": [*columns[:3], ["DI lr", "{lr:g}"], ["DI rho", "{rho:g}"], *columns[3:]],
         },
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,33 +284,17 @@ def main(argv: list[str] | None = None) -> None:
     changed += [f"lr{args.lr:g}"] if args.lr != LR_DEFAULT else []
     changed += [f"rho{args.rho:g}"] if args.rho != RHO_DEFAULT else []
     suffix = "@" + ",".join(changed) if changed else ""
-    threads = os.environ.get("OMP_NUM_THREADS")
-    command = " ".join(
-        ([f"OMP_NUM_THREADS={threads}"] if threads else [])
-        + ["python", "benchmarks/regression.py", *(argv if argv is not None else sys.argv[1:])]
-    )
-    machine = f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"
     for name in args.datasets:
         data = split(name)
         for method in args.methods:
             key = f"{name}/{method}{suffix}"
-            records = _read(args.output)
-            if not args.force and any(r["name"] == key for r in records["records"]):
+            done = {r["name"] for r in records.load_records(args.output)}
+            if not args.force and key in done:
                 continue
             figures = measure(name, method, data, args.components)
             print(key, {k: figures[k] for k in ("J", "r2", "rmse", "fit_s")}, flush=True)
-            record = {
-                "name": key,
-                "figures": figures,
-                "command": command,
-                "commit": _commit(),
-                "machine": machine,
-                "date": date.today().isoformat(),
-            }
-            records = _read(args.output)  # re-read: another piece may have finished
-            records["records"] = [r for r in records["records"] if r["name"] != key]
-            records["records"].append(record)
-            _write(args.output, records)
+            new = records.record(key, figures, "regression.py", argv)
+            records.store(args.output, new, DESCRIPTION, tables)
 
 
 if __name__ == "__main__":
