@@ -23,9 +23,9 @@ A record file holds ``records`` (a list) and ``tables`` (NAME -> how to render i
   the ``methods`` and ``dims`` of the CSV rows it stands for;
 * a *schedule* table renders a ``time_to_accuracy.py`` CSV (``source``) the same way;
 * a *matrix* table has one row per entry of ``rows`` and one column per ``[header,
-  key]`` pair of ``columns``; its cell is ``cell`` (a template as above) filled from the
-  record named ``ROW/KEY`` (``-`` when there is none); ``row_header`` heads the first
-  column;
+  key]`` (or ``[header, key, template]``) of ``columns``; its cell is the template (else
+  ``cell``, a template as above) filled from the record named ``ROW/KEY`` (``-`` when
+  there is none); ``row_header`` heads the first column;
 * a *suite_goals* table renders the goals of ``suite_goals.py`` from the file's records.
 
 Usage::
@@ -125,13 +125,14 @@ def _rows_table(data: dict[str, Any], spec: dict[str, Any]) -> str:
 
 def _matrix_table(data: dict[str, Any], spec: dict[str, Any]) -> str:
     by_name = {record["name"]: record for record in data["records"]}
-    headers = [spec.get("row_header", "")] + [header for header, _ in spec["columns"]]
+    headers = [spec.get("row_header", "")] + [column[0] for column in spec["columns"]]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in spec["rows"]:
         cells = [row]
-        for _, key in spec["columns"]:
-            record = by_name.get(f"{row}/{key}")
-            cells.append("-" if record is None else cell(spec["cell"], record))
+        for column in spec["columns"]:
+            record = by_name.get(f"{row}/{column[1]}")
+            template = column[2] if len(column) > 2 else spec["cell"]
+            cells.append("-" if record is None else cell(template, record))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

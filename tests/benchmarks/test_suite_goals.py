@@ -82,12 +82,12 @@ def test_the_matrix_table_puts_one_record_in_each_cell() -> None:
     spec = {
         "row_header": "data set",
         "rows": ["a", "d"],
-        "columns": [["SVC", "svc"], ["DI", "di_trained"]],
+        "columns": [["SVC", "svc"], ["DI", "di_trained"], ["before", "di_trained", "{fit_s}"]],
         "cell": "{acc:.1f} ({fit_time})",
     }
     assert report._matrix_table(data, spec) == (
-        "| data set | SVC | DI |\n|---|---|---|\n"
-        "| a | 89.0 (0.5 s) | 90.0 (3.0 s) |\n| d | 50.0 (0.1 s) | - |"
+        "| data set | SVC | DI | before |\n|---|---|---|---|\n"
+        "| a | 89.0 (0.5 s) | 90.0 (3.0 s) | 3.0 |\n| d | 50.0 (0.1 s) | - | - |"
     )
 
 
