@@ -93,7 +93,9 @@ def test_small_data_gets_a_j_and_batch_that_train_and_says_so(map_: str) -> None
         match=r"DIFeatures: n_components=100 with a batch of 50 rows: DI saturates .*"
         r"n_components_=25 and batch_size_=50 are used",
     ):
-        fitted = DIFeatures(100, map=map_, gamma=0.05, max_epochs=30, random_state=0).fit(x, y)
+        fitted = DIFeatures(
+            100, map=map_, gamma=0.05, max_epochs=30, validation_fraction=None, random_state=0
+        ).fit(x, y)
     assert fitted.n_components_ == 25 and fitted.batch_size_ == 50
     assert fitted.transform(x).shape == (50, 25)
     history = fitted.di_history_
@@ -109,7 +111,9 @@ def test_enough_data_keeps_the_requested_j_without_a_warning() -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fitted = DIFeatures(100, gamma=0.05, max_epochs=1, random_state=0).fit(x, y)
+        fitted = DIFeatures(
+            100, gamma=0.05, max_epochs=1, validation_fraction=None, random_state=0
+        ).fit(x, y)
     assert fitted.n_components_ == 100 and fitted.batch_size_ == 400
 
 
@@ -190,7 +194,9 @@ def test_default_j_follows_the_rows_without_a_warning(rows: int, j: int) -> None
 
 def test_training_stops_by_the_di_rule_before_max_epochs() -> None:
     x, y = _digits(200)
-    fitted = DIFeatures(20, max_epochs=300, lr=5e-2, random_state=0).fit(x, y)
+    fitted = DIFeatures(20, max_epochs=300, lr=5e-2, validation_fraction=None, random_state=0).fit(
+        x, y
+    )
     assert fitted.lr_decay_epochs_  # PlateauDecay divided the lr by 10 at least once
     assert len(fitted.di_history_) < 300  # DISaturationStopping ended training
     assert len(fitted.di_history_) > fitted.lr_decay_epochs_[0] + 1

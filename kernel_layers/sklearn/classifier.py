@@ -25,7 +25,8 @@ READOUTS = ("ridge", "logistic")
 class DIClassifier(ClassifierMixin, BaseEstimator):
     """A DI-trained kernel map followed by a linear read-out.
 
-    Args: those of :class:`DIFeatures`, plus
+    Args: those of :class:`DIFeatures` (the map is trained on all rows but a held-out
+    ``validation_fraction``, and kept at its best epoch on them), plus
 
     * ``readout``: ``"ridge"`` (one-vs-all ridge on ``{-1, +1}`` targets, its penalty
       chosen by closed-form leave-one-out, see :mod:`kernel_layers.sklearn.readout`) or
@@ -34,7 +35,8 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
 
     Attributes:
         features_ (DIFeatures): the fitted map.
-        readout_ (LooRidge | LogisticRegression): the fitted read-out.
+        readout_ (LooRidge | LogisticRegression): the read-out, fitted on the map's
+            features of all rows (held-out ones included).
         classes_ (ndarray): the labels seen in ``fit`` (any labels scikit-learn accepts:
             integers, strings, ...).
         n_features_in_ (int): number of input features.
@@ -52,6 +54,8 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
         batch_size: int | None = None,
         lr: float = 3e-3,
         rho: float = DEFAULT_RHO,
+        validation_fraction: float | None = 0.1,
+        n_iter_no_change: int = 5,
         readout: str = "ridge",
         C: float = 1.0,
         random_state: int | np.random.RandomState | None = None,
@@ -65,6 +69,8 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
         self.batch_size = batch_size
         self.lr = lr
         self.rho = rho
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.readout = readout
         self.C = C
         self.random_state = random_state

@@ -1,23 +1,15 @@
 """The scikit-learn transformer :class:`DIFeatures` and what both estimators share: the
-parameter checks, the sizes ``(J, batch)`` taken from the number of rows, and the
-training loop (Adam on ``-DI``, stopped by the DI paper's rule).
-
-The rule is the one of the Lightning recipes, run by the same callbacks:
-:class:`~kernel_layers.callbacks.PlateauDecay` multiplies the learning rate by 0.1 when the
-epoch's mean DI stops improving for ``PATIENCE`` epochs, and
-:class:`~kernel_layers.callbacks.DISaturationStopping` stops training when DI fails to
-improve after a decay; ``max_epochs`` caps the epochs.
+parameter checks and the held-out score of a map (the ridge read-out's accuracy on the
+held-out rows). The training loop is :func:`kernel_layers.sklearn.training.train_map`.
 """
 
 from __future__ import annotations
 
-import warnings
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_random_state
@@ -25,30 +17,36 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers._validation import check_choice, check_int, check_positive, check_torch_device
-from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.selection.gamma import gamma_heuristic
+from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, scale_of
+from kernel_layers.sklearn.training import (
+    DEFAULT_BATCH,
+    DEFAULT_COMPONENTS,
+    TrainResult,
+    default_components,
+    split_rows,
+    train_map,
+    train_sizes,
+)
 
 __all__ = [
-    "DEFAULT_COMPONENTS",
     "MAPS",
+    "SCORE_ROWS",
     "DIFeatures",
     "as_random_state",
+    "build_map",
     "check_params",
-    "default_components",
 ]
 
 #: Kernel maps :class:`DIFeatures` can learn.
 MAPS = ("nystrom", "fourier")
-#: The paper's batch size for ``J <= 500``; ``2 J`` above (capped at the data size).
-DEFAULT_BATCH = 1000
-#: ``n_components=None`` takes ``min(DEFAULT_COMPONENTS, rows // 3)`` (at least 1), so that
-#: the default batch ``min(max(1000, 2 J), rows)`` stays at least ``2 J``.
-DEFAULT_COMPONENTS = 400
-#: Epochs without a better mean DI before the learning rate is multiplied by 0.1.
-PATIENCE = 3
+#: The held-out score fits its read-out on at most this many training rows (a fixed
+#: random subset), so that scoring an epoch costs at most a fraction of training it.
+SCORE_ROWS = 20000
 
 
 def as_random_state(owner: str, random_state: object) -> np.random.RandomState:
@@ -101,42 +99,59 @@ def check_params(estimator: Any) -> torch.device:
             )
     check_positive(owner, "lr", estimator.lr)
     check_positive(owner, "rho", estimator.rho)
+    fraction = estimator.validation_fraction
+    if fraction is not None and not (
+        isinstance(fraction, Real) and not isinstance(fraction, bool) and 0 < float(fraction) < 1
+    ):
+        raise ValueError(
+            f"{owner}: argument 'validation_fraction' must be None or a number in (0, 1), "
+            f"got {fraction!r}"
+        )
+    check_int(owner, "n_iter_no_change", estimator.n_iter_no_change, minimum=1)
     as_random_state(owner, estimator.random_state)
     if estimator.gamma is not None:
         check_positive(owner, "gamma", estimator.gamma)
     return check_torch_device(owner, "device", estimator.device)
 
 
-def default_components(rows: int) -> int:
-    """``J`` for ``n_components=None`` on ``rows`` training rows:
-    ``min(DEFAULT_COMPONENTS, rows // 3)``, at least 1."""
-    return max(1, min(DEFAULT_COMPONENTS, rows // 3))
+def build_map(
+    kind: str, kernel: str, gamma: float, x: torch.Tensor, width: int, seed: int
+) -> KernelFeatureMap:
+    """The initial map of ``width`` features for the rows ``x [N, D]`` (float64):
+    ``"nystrom"`` with landmarks drawn from ``x`` (at most ``N``), or ``"fourier"``."""
+    if kind == "nystrom":
+        return NystromLayer.from_data(
+            x, min(width, len(x)), kernel=kernel, gamma=gamma, seed=seed, dtype=torch.float64
+        )
+    return FourierLayer(x.shape[1], width, kernel=kernel, gamma=gamma, seed=seed, dtype=x.dtype)
 
 
-def _train_sizes(
-    owner: str, requested: int | None, rows: int, width: int | None
-) -> tuple[int, int]:
-    """``(J, batch)`` that DI trains with on ``rows`` rows: ``J`` is ``width`` (``None``:
-    ``min(DEFAULT_COMPONENTS, rows // 3)``); the batch is ``batch_size``
-    (default ``max(1000, 2 J)``) capped at the rows; where that cap leaves a batch not
-    larger than ``J`` (or, by default, below ``2 J``), ``J`` is lowered to half the batch,
-    with a warning naming both values."""
-    if width is None:
-        width = default_components(rows)
-    wanted = requested if requested is not None else max(DEFAULT_BATCH, 2 * width)
-    batch = max(2, min(wanted, rows))
-    enough = batch > width if requested is not None else batch >= 2 * width
-    if enough:
-        return width, batch
-    chosen = max(1, batch // 2)
-    warnings.warn(
-        f"{owner}: n_components={width} with a batch of {batch} rows: DI saturates when "
-        f"the batch is not well above n_components ({rows} training rows); "
-        f"n_components_={chosen} and batch_size_={batch} are used",
-        UserWarning,
-        stacklevel=3,
-    )
-    return chosen, batch
+def ridge_score(
+    x_fit: torch.Tensor, codes_fit: np.ndarray, x_held: torch.Tensor, codes_held: np.ndarray
+) -> Any:
+    """The held-out score of a classifying map: a ridge read-out fitted on the map's
+    features of ``x_fit [N, D]`` (labels ``codes_fit [N]``), then ``(accuracy, -squared
+    error)`` of its scores on ``x_held [M, D]`` against ``{-1, +1}`` targets (labels
+    ``codes_held [M]``); the error breaks ties of accuracy, which moves in steps of
+    ``1 / M``. The read-out's penalty is chosen once, by closed-form leave-one-out on the
+    first map scored (the untrained one), as :class:`~kernel_layers.sklearn.DIClassifier`
+    chooses it; later maps keep it, relative to their features' scale (one Cholesky
+    solve per score)."""
+    classes = int(max(codes_fit.max(), codes_held.max())) + 1
+    targets = np.eye(classes)[codes_held] * 2 - 1
+    chosen: list[float] = []
+
+    def score(layer: KernelFeatureMap) -> tuple[float, float]:
+        features = layer(x_fit).cpu().numpy()
+        if not chosen:
+            first = fit_loo_ridge(features, codes_fit, classes, calibrate=False)
+            chosen.append(first.alpha / scale_of(features))
+        readout = fit_ridge(features, codes_fit, classes, chosen[0])
+        scores = readout.scores(layer(x_held).cpu().numpy())
+        accuracy = float((scores.argmax(1) == codes_held).mean())
+        return accuracy, -float(((scores - targets) ** 2).mean())
+
+    return score
 
 
 class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -159,6 +174,14 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             ``max(1000, 2 J)``; capped at the training rows.
         lr: Adam's learning rate.
         rho: DI's ridge parameter.
+        validation_fraction: share of the rows held out (stratified) to score the map
+            after each epoch: the accuracy of :class:`~kernel_layers.sklearn.DIClassifier`'s
+            ridge read-out fitted on the other rows (on at most ``SCORE_ROWS`` of them).
+            The map kept is the one of the best score, the untrained map included, and
+            training stops after ``n_iter_no_change`` epochs without a better one. The
+            map is trained on the other rows. ``None``: no rows held out, the last
+            epoch's map is kept.
+        n_iter_no_change: see ``validation_fraction``.
         random_state: seed of the initial map and of the batch order: ``None``, an
             integer in ``[0, 2**32 - 1]`` or a ``numpy.random.RandomState`` (scikit-learn's
             convention; a ``RandomState`` is drawn from at each ``fit``).
@@ -172,7 +195,10 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         classes_ (ndarray): the labels seen in ``fit``.
         n_components_ (int): the ``J`` used (see ``n_components``).
         batch_size_ (int): the rows per DI step used (``0``: no training).
-        di_history_ (list[float]): mean DI of each epoch.
+        di_history_ (list[float]): mean training DI of each epoch.
+        validation_scores_ (list[float]): held-out accuracy before training and after
+            each epoch (empty without held-out rows).
+        best_epoch_ (int): the epoch whose map was kept (``0``: the untrained map).
         lr_decay_epochs_ (list[int]): epochs after which the learning rate was divided
             by 10.
         feature_names_in_ (ndarray): column names of ``X`` when it has string names
@@ -193,6 +219,8 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         batch_size: int | None = None,
         lr: float = 3e-3,
         rho: float = DEFAULT_RHO,
+        validation_fraction: float | None = 0.1,
+        n_iter_no_change: int = 5,
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
     ) -> None:
@@ -204,6 +232,8 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         self.batch_size = batch_size
         self.lr = lr
         self.rho = rho
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.random_state = random_state
         self.device = device
 
@@ -220,70 +250,46 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
-        codes = torch.as_tensor(encoder.transform(y), dtype=torch.long)
+        codes = encoder.transform(y)
         seed = int(as_random_state(owner, self.random_state).randint(2**31 - 1))
-        generator = torch.Generator().manual_seed(seed)
-        x = torch.tensor(X, dtype=torch.float64)  # a copy: X may be read-only
+        x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
         gamma = self.gamma if self.gamma is not None else _safe_gamma(X)
         trains = self.max_epochs > 0 and len(self.classes_) > 1
+        fit, held = split_rows(len(x), self.validation_fraction if trains else None, seed, codes)
+        width = self.n_components or default_components(len(x))
+        batch = 0  # the untrained map: as many landmarks as rows at most (as Nystroem)
+        if trains:  # a batch from the rows trained on, and J below it
+            width, batch = train_sizes(owner, self.batch_size, len(fit), width)
+        layer = build_map(self.map, self.kernel, gamma, x[fit], width, seed).to(device)
+        result = TrainResult()
         if trains:
-            width, batch = _train_sizes(owner, self.batch_size, len(x), self.n_components)
-        else:  # the untrained map: as many landmarks as rows at most (as Nystroem)
-            width, batch = self.n_components or default_components(len(x)), 0
-        if self.map == "nystrom":
-            width = min(width, len(x))
-            layer: torch.nn.Module = NystromLayer.from_data(
-                x, width, kernel=self.kernel, gamma=gamma, seed=seed, dtype=torch.float64
+            score = None
+            if len(held):
+                scored = fit
+                if len(fit) > SCORE_ROWS:
+                    scored = np.sort(np.random.RandomState(seed).choice(fit, SCORE_ROWS, False))
+                score = ridge_score(x[scored], codes[scored], x[held], codes[held])
+            result = train_map(
+                layer,
+                x[fit],
+                torch.as_tensor(codes[fit], device=device),
+                num_classes=len(self.classes_),
+                batch=batch,
+                max_epochs=self.max_epochs,
+                lr=self.lr,
+                rho=self.rho,
+                generator=torch.Generator().manual_seed(seed),
+                score=score,
+                n_iter_no_change=self.n_iter_no_change,
             )
-        else:
-            layer = FourierLayer(
-                x.shape[1], width, kernel=self.kernel, gamma=gamma, seed=seed, dtype=torch.float64
-            )
-        layer = layer.to(device)
-        self.di_history_: list[float] = []
-        self.lr_decay_epochs_: list[int] = []
-        if trains:
-            self._train(layer, x.to(device), codes.to(device), generator, batch)
         self.layer_ = layer.eval()
-        self.n_components_ = width
+        self.n_components_ = layer.out_features
         self.batch_size_ = batch
+        self.di_history_ = result.di_history
+        self.validation_scores_ = [s[0] for s in result.score_history]
+        self.best_epoch_ = result.best_epoch
+        self.lr_decay_epochs_ = result.lr_decay_epochs
         return self
-
-    def _train(
-        self,
-        layer: torch.nn.Module,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        gen: torch.Generator,
-        batch: int,
-    ) -> None:
-        optimizer = torch.optim.Adam(layer.parameters(), lr=self.lr)
-        classes = len(self.classes_)
-        train = getattr(layer, "discriminant_information", None)
-        assert callable(train)
-        loop = _EpochLoop(optimizer)
-        decay = PlateauDecay(patience=PATIENCE, verbose=False)
-        stop = DISaturationStopping()
-        for epoch in range(self.max_epochs):
-            loop.current_epoch = epoch
-            stop.on_train_epoch_start(loop, None)  # a stand-in for the Trainer
-            order = torch.randperm(len(x), generator=gen).to(x.device)
-            total, rows = 0.0, 0
-            for start in range(0, len(x) - batch + 1, batch):
-                index = order[start : start + batch]
-                di = train(x[index], y[index], rho=self.rho, num_classes=classes)
-                optimizer.zero_grad()
-                (-di).backward()
-                optimizer.step()
-                total += float(di.detach()) * len(index)
-                rows += len(index)
-            self.di_history_.append(total / max(rows, 1))
-            loop.callback_metrics = {"train/di_epoch": self.di_history_[-1]}
-            decay.on_train_epoch_end(loop, None)  # a stand-in for the Trainer
-            stop.on_train_epoch_end(loop, None)  # a stand-in for the Trainer
-            if loop.should_stop:
-                break
-        self.lr_decay_epochs_ = list(decay.decay_epochs)
 
     def transform(self, X: Any) -> np.ndarray:
         """The learned features ``[n_samples, n_components_]`` (float64)."""
@@ -303,34 +309,6 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         tags = super().__sklearn_tags__()
         tags.target_tags.required = True  # supervised: fit needs y
         return tags
-
-
-class _EpochLoop:
-    """What :class:`PlateauDecay` and :class:`DISaturationStopping` read of a Lightning
-    ``Trainer``, for the estimators' plain loop (one process, always fitting)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.optimizers = [optimizer]
-        self.lr_scheduler_configs: list[Any] = []
-        self.state = _FITTING
-        self.sanity_checking = False
-        self.fast_dev_run = False
-        self.callback_metrics: dict[str, float] = {}
-        self.current_epoch = 0
-        self.should_stop = False
-        self.strategy = self
-
-    @staticmethod
-    def reduce_boolean_decision(decision: bool, all: bool = True) -> bool:
-        """One process: its own decision."""
-        return decision
-
-
-class _Fitting:
-    fn = TrainerFn.FITTING
-
-
-_FITTING = _Fitting()
 
 
 def _safe_gamma(X: np.ndarray) -> float:

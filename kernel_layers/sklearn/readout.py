@@ -20,7 +20,7 @@ import torch
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 
-__all__ = ["ALPHAS", "LooRidge", "fit_loo_ridge", "loo_ridge_scores"]
+__all__ = ["ALPHAS", "LooRidge", "fit_loo_ridge", "fit_ridge", "loo_ridge_scores", "scale_of"]
 
 #: The penalties searched, relative to the mean eigenvalue of the centred ``Phi^T Phi``.
 ALPHAS = np.logspace(-6, 2, 33)
@@ -103,6 +103,37 @@ class _Decomposition:
         return coef, self.target_mean - self.mean @ coef
 
 
+def scale_of(features: np.ndarray) -> float:
+    """The unit of the penalties: the mean eigenvalue of the centred ``Phi^T Phi``
+    (its trace over ``J``) of ``features [N, J]``."""
+    centred = features - features.mean(0)
+    return max(float((centred * centred).sum()) / features.shape[1], np.finfo(np.float64).tiny)
+
+
+def fit_ridge(
+    features: np.ndarray, codes: np.ndarray, classes: int, relative_alpha: float
+) -> LooRidge:
+    """The ridge read-out with a given penalty ``relative_alpha * scale_of(features)``,
+    by one Cholesky solve (no leave-one-out search, ``temperature = 1``,
+    ``loo_accuracy = nan``).
+
+    Args:
+        features (ndarray[N, J]): training features (float64).
+        codes (ndarray[N]): integer labels in ``[0, classes)``.
+        classes: number of classes ``L``.
+        relative_alpha: the penalty in units of :func:`scale_of`, ``> 0``.
+    """
+    phi = torch.as_tensor(features, dtype=torch.float64)
+    targets = torch.nn.functional.one_hot(torch.as_tensor(codes), classes).to(phi.dtype) * 2 - 1
+    mean, target_mean = phi.mean(0), targets.mean(0)
+    centred = phi - mean
+    alpha = relative_alpha * scale_of(features)
+    gram = centred.T @ centred + alpha * torch.eye(phi.shape[1], dtype=phi.dtype)
+    coef = torch.cholesky_solve(centred.T @ (targets - target_mean), torch.linalg.cholesky(gram))
+    intercept = target_mean - mean @ coef
+    return LooRidge(coef.numpy(), intercept.numpy(), alpha, 1.0, float("nan"))
+
+
 def loo_ridge_scores(
     features: np.ndarray, codes: np.ndarray, classes: int, alphas: np.ndarray
 ) -> np.ndarray:
@@ -123,20 +154,23 @@ def loo_ridge_scores(
     return found.loo_scores(torch.as_tensor(alphas, dtype=torch.float64)).numpy()
 
 
-def fit_loo_ridge(features: np.ndarray, codes: np.ndarray, classes: int) -> LooRidge:
+def fit_loo_ridge(
+    features: np.ndarray, codes: np.ndarray, classes: int, *, calibrate: bool = True
+) -> LooRidge:
     """Fit the ridge read-out with its penalty chosen by closed-form leave-one-out.
 
     Args:
         features (ndarray[N, J]): training features (float64).
         codes (ndarray[N]): integer labels in ``[0, classes)``.
         classes: number of classes ``L >= 2`` (two classes are fitted as two columns).
+        calibrate: fit the temperature of ``proba`` (``False``: ``temperature = 1``).
 
     Returns:
         LooRidge: the read-out fitted on all rows with the chosen penalty.
     """
     labels = torch.as_tensor(codes, dtype=torch.long)
     found = _Decomposition(features, labels, classes)
-    scale = max(float(found.s.mean()), float(np.finfo(np.float64).tiny))
+    scale = scale_of(features)
     alphas = torch.as_tensor(ALPHAS * scale, dtype=torch.float64)
     loo = found.loo_scores(alphas)  # [A, N, L]
     accuracy = (loo.argmax(2) == labels).to(torch.float64).mean(1)  # [A]
@@ -149,6 +183,6 @@ def fit_loo_ridge(features: np.ndarray, codes: np.ndarray, classes: int) -> LooR
         coef.numpy(),
         intercept.numpy(),
         alpha,
-        _temperature(loo[best], labels),
+        _temperature(loo[best], labels) if calibrate else 1.0,
         float(accuracy[best]),
     )
