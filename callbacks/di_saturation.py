@@ -130,6 +130,8 @@ class DISaturationStopping(MonitorCallback):
         RuntimeError: at the end of an epoch, if ``strict`` and ``monitor`` was not logged.
     """
 
+    best_score: float  # declared by MonitorCallback (named here for type checkers)
+
     def __init__(
         self,
         monitor: str = "train/di_epoch",

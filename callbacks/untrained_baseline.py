@@ -65,16 +65,20 @@ class UntrainedBaseline(Callback):
 
 
 @torch.no_grad()
-def untrained_accuracy(model: pl.LightningModule, head: Any, datamodule: Any) -> float:
-    """Test accuracy of a fresh ridge read-out fitted on ``model``'s current features.
+def untrained_accuracy(
+    model: pl.LightningModule, head: Any, datamodule: Any, split: str = "test"
+) -> float:
+    """Accuracy on a split of a fresh ridge read-out fitted on ``model``'s current
+    features of the training rows.
 
     Args:
         model: a :class:`~kernel_layers.KernelClassifier` (``model(x)`` gives features).
         head: the model's ridge head, whose type and ``rho`` the fresh read-out copies.
-        datamodule: serves ``train_eval_dataloader()`` and ``test_dataloader()``.
+        datamodule: serves ``train_eval_dataloader()`` and ``<split>_dataloader()``.
+        split: ``"test"`` or ``"val"``.
 
     Returns:
-        float: the fraction of test rows classified correctly.
+        float: the fraction of the split's rows classified correctly.
     """
     fresh = type(head)(head.in_features, head.num_outputs, rho=head.rho).to(model.device)
     modes = {module: module.training for module in model.modules()}
@@ -85,7 +89,7 @@ def untrained_accuracy(model: pl.LightningModule, head: Any, datamodule: Any) ->
             fresh.update(model(x), y.long())
         fresh.fit()
         correct = total = 0
-        for batch in datamodule.test_dataloader():
+        for batch in getattr(datamodule, f"{split}_dataloader")():
             x, y = batch[0].to(model.device), batch[1].to(model.device)
             correct += int((fresh(model(x)).argmax(1) == y).sum())
             total += len(y)

@@ -27,6 +27,7 @@ __all__ = [
     "add_batch",
     "epoch_ends_here",
     "epoch_mean",
+    "log_validation_di",
     "logs_this_step",
     "register_epoch_sums",
 ]
@@ -52,6 +53,18 @@ def add_batch(model: KernelClassifier, di: Tensor, rows: int) -> None:
         model.di_epoch_rows.zero_()
     model.di_epoch_sum += di.detach().to(model.di_epoch_sum) * rows
     model.di_epoch_rows += rows
+
+
+@torch.no_grad()
+def log_validation_di(model: KernelClassifier, batch: Any) -> None:
+    """Log ``val/di``: the DI of a validation batch, as the map computes it for training,
+    averaged over the epoch's batches weighted by their rows. A batch not larger than the
+    feature width is left out (its DI sits at its ceiling whatever the map)."""
+    x, y = batch[0], batch[1]
+    if len(x) <= model.num_features:
+        return
+    di = model._di(model.embed(x), y)
+    model.log("val/di", di, on_step=False, on_epoch=True, batch_size=len(x))
 
 
 def epoch_mean(model: KernelClassifier) -> Tensor:

@@ -26,6 +26,7 @@ from kernel_layers._validation import (
     check_labels,
     check_nonnegative,
 )
+from kernel_layers.callbacks.keep_best import KeepBest
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
@@ -34,7 +35,7 @@ from kernel_layers.training.approximation import KernelApproximationLogging
 from kernel_layers.training.architecture import cli_config, describe_module, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY, EpochChecks
-from kernel_layers.training.di_epoch import EpochDILogging, register_epoch_sums
+from kernel_layers.training.di_epoch import EpochDILogging, log_validation_di, register_epoch_sums
 from kernel_layers.training.divergence import DivergenceGuard
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms, model_prox_step
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, RidgeHead
@@ -80,8 +81,9 @@ class KernelClassifier(LightningModule):
     :class:`~kernel_layers.callbacks.PlateauDecay` and
     :class:`~kernel_layers.callbacks.DISaturationStopping` watch);
     ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
-    ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc`` and
-    ``test/acc``.
+    ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc``,
+    ``val/di`` (``"di"``: the mean DI of the validation batches larger than the feature
+    width, weighted by their rows) and ``test/acc``.
 
     Checkpoints hold only tensors and primitive types (``weights_only=True`` loads
     them); the epoch's DI sums are buffers, so a fit resumed mid-epoch reports the same
@@ -118,6 +120,11 @@ class KernelClassifier(LightningModule):
             the epoch's end (:class:`~kernel_layers.training.deferred.EpochChecks`), the
             epoch's start restored on a failure; ``"auto"`` (default): ``"step"`` on the
             CPU, ``"epoch"`` on any other device.
+        approximation_rows: log the kernel approximation error on this many validation
+            rows (``0``: not logged).
+        keep_best: ``"val/acc"`` or ``"val/di"``: the model handed back when ``fit``
+            ends is the one of the best epoch on that validation metric
+            (:class:`~kernel_layers.callbacks.KeepBest`), not the last; ``None``: the last.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
@@ -149,6 +156,7 @@ class KernelClassifier(LightningModule):
         group_lasso: float = 0.0,
         check_every: str = "auto",
         approximation_rows: int = 0,
+        keep_best: str | None = None,
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -165,6 +173,7 @@ class KernelClassifier(LightningModule):
             objectives=OBJECTIVES,
             check_every=check_every,
             check_every_choices=CHECK_EVERY,
+            keep_best=keep_best,
         )
         preflight.check_scalars(
             owner,
@@ -238,8 +247,9 @@ class KernelClassifier(LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The parts of training that are callbacks: read-out refits, the epoch's DI
-        (objective ``"di"``), the deferred checks (unless ``check_every="step"``) and the
-        kernel approximation error (``approximation_rows > 0``)."""
+        (objective ``"di"``), the deferred checks (unless ``check_every="step"``), the
+        kernel approximation error (``approximation_rows > 0``) and the best epoch kept
+        (``keep_best``)."""
         callbacks: list[Callback] = [ReadoutRefit()]
         if self.hparams["objective"] == "di":
             callbacks.append(EpochDILogging())
@@ -248,6 +258,8 @@ class KernelClassifier(LightningModule):
             callbacks.insert(0, EpochChecks(check_every))  # read before anything logs
         if self.hparams.get("approximation_rows", 0):
             callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
+        if self.hparams.get("keep_best"):
+            callbacks.append(KeepBest(self.hparams["keep_best"]))
         return callbacks
 
     # ------------------------------------------------------------------ features
@@ -401,6 +413,8 @@ class KernelClassifier(LightningModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, self.val_acc, "val/acc")
+        if self.hparams["objective"] == "di":
+            log_validation_di(self, batch)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, self.test_acc, "test/acc")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kernel_layers.training.module import KernelClassifier
 
 __all__ = [
+    "KEEP_BEST",
     "at_setup",
     "check_arguments",
     "check_checkpoint_dirs",
@@ -31,6 +32,9 @@ __all__ = [
     "check_state_shapes",
     "use_atomic_checkpoints",
 ]
+
+#: The validation metrics ``KernelClassifier(keep_best=...)`` can keep the best epoch of.
+KEEP_BEST = ("val/acc", "val/di")
 
 
 def check_state_shapes(owner: str, own: Mapping[str, Any], state_dict: Mapping[str, Any]) -> None:
@@ -171,6 +175,7 @@ def check_arguments(
     objectives: tuple[str, ...],
     check_every: str,
     check_every_choices: tuple[str, ...],
+    keep_best: str | None = None,
 ) -> None:
     """The argument checks of :class:`~kernel_layers.KernelClassifier` that involve more
     than one value (the map's type, the group lasso's needs).
@@ -178,8 +183,9 @@ def check_arguments(
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
             not an ``nn.Module`` or ``None``.
-        ValueError: an objective or ``check_every`` not among the choices, or a group
-            lasso without a trained read-out or without feature blocks.
+        ValueError: an objective, ``check_every`` or ``keep_best`` not among the choices,
+            ``keep_best="val/di"`` without the DI objective, or a group lasso without a
+            trained read-out or without feature blocks.
     """
     if not isinstance(kernel_layer, KernelFeatureMap):
         raise TypeError(
@@ -195,6 +201,13 @@ def check_arguments(
         )
     check_choice(owner, "objective", objective, objectives)
     check_choice(owner, "check_every", check_every, check_every_choices)
+    if keep_best is not None:
+        check_choice(owner, "keep_best", keep_best, KEEP_BEST)
+        if keep_best == "val/di" and objective != "di":
+            raise ValueError(
+                f"{owner}: argument 'keep_best' 'val/di' needs objective 'di' (val/di is "
+                f"logged only then), got objective {objective!r}; use keep_best='val/acc'"
+            )
     if group_lasso > 0 and objective not in ("ce", "ls"):
         raise ValueError(
             f"{owner}: argument 'group_lasso' needs objective 'ce' or 'ls' (a trained "
