@@ -46,11 +46,7 @@ import os
 os.environ["OMP_NUM_THREADS"] = "1"  # before numpy / torch load their thread pools
 
 import argparse
-import json
 import logging
-import platform
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -58,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import records
 import suite_data
 import torch
 from sklearn.model_selection import GridSearchCV, train_test_split
@@ -221,13 +218,6 @@ def run_method(dataset: str, method: str, data: Split) -> dict[str, Any]:
     return figures
 
 
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
-
-
 def tables(order: list[str]) -> dict[str, Any]:
     """The "tables" spec of the record file: accuracy, times, goals."""
     columns = [[HEADERS[m], m] for m in METHODS]
@@ -251,20 +241,14 @@ def tables(order: list[str]) -> dict[str, Any]:
     }
 
 
+def _tables(stored: list[dict[str, Any]]) -> dict[str, Any]:
+    present = {r["name"].split("/")[0] for r in stored}
+    return tables([name for name in suite_data.LOADERS if name in present])
+
+
 def store(record: dict[str, Any], path: Path = RECORDS) -> None:
     """Add ``record`` to the record file (replacing one of the same name)."""
-    stored = json.loads(path.read_text()) if path.exists() else {"records": []}
-    records = [r for r in stored["records"] if r["name"] != record["name"]] + [record]
-    position = {name: i for i, name in enumerate(suite_data.LOADERS)}
-    records.sort(
-        key=lambda r: (
-            position.get(r["name"].split("/")[0], len(position)),
-            METHODS.index(r["name"].split("/")[1]),
-        )
-    )
-    order = list(dict.fromkeys(r["name"].split("/")[0] for r in records))
-    out = {"description": DESCRIPTION, "records": records, "tables": tables(order)}
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    records.store(path, record, DESCRIPTION, _tables)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -276,12 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    machine = f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"
-    command = "python benchmarks/suite.py " + " ".join(argv if argv is not None else sys.argv[1:])
     for dataset in args.datasets or list(suite_data.LOADERS):
-        done = set()
-        if args.output.exists():
-            done = {r["name"] for r in json.loads(args.output.read_text())["records"]}
+        done = {r["name"] for r in records.load_records(args.output)}
         todo = [m for m in args.methods if args.force or f"{dataset}/{m}" not in done]
         if not todo:
             continue
@@ -290,15 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         for method in todo:
             figures = run_method(dataset, method, data)
             figures["test_rows"] = len(data[3])
-            record = {
-                "name": f"{dataset}/{method}",
-                "figures": figures,
-                "command": command.strip(),
-                "commit": _commit(),
-                "machine": machine,
-                "date": time.strftime("%Y-%m-%d"),
-            }
-            store(record, args.output)
+            store(records.record(f"{dataset}/{method}", figures, "suite.py", argv), args.output)
             print(
                 f"{dataset}/{method}: {figures['acc']:.2f} % in {figures['fit_s']:.2f} s",
                 flush=True,
