@@ -21,7 +21,12 @@ A record file holds ``records`` (a list) and ``tables`` (NAME -> how to render i
 * a *section5* table renders ``reproduce.py``'s CSV named by ``source`` (``method x J``,
   mean ± std over the seeds of the figure ``key``); each record's ``figures`` then names
   the ``methods`` and ``dims`` of the CSV rows it stands for;
-* a *schedule* table renders a ``time_to_accuracy.py`` CSV (``source``) the same way.
+* a *schedule* table renders a ``time_to_accuracy.py`` CSV (``source``) the same way;
+* a *matrix* table has one row per entry of ``rows`` and one column per ``[header,
+  key]`` (or ``[header, key, template]``) of ``columns``; its cell is the template (else
+  ``cell``, a template as above) filled from the record named ``ROW/KEY`` (``-`` when
+  there is none); ``row_header`` heads the first column;
+* a *suite_goals* table renders the goals of ``suite_goals.py`` from the file's records.
 
 Usage::
 
@@ -118,6 +123,20 @@ def _rows_table(data: dict[str, Any], spec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _matrix_table(data: dict[str, Any], spec: dict[str, Any]) -> str:
+    by_name = {record["name"]: record for record in data["records"]}
+    headers = [spec.get("row_header", "")] + [column[0] for column in spec["columns"]]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in spec["rows"]:
+        cells = [row]
+        for column in spec["columns"]:
+            record = by_name.get(f"{row}/{column[1]}")
+            template = column[2] if len(column) > 2 else spec["cell"]
+            cells.append("-" if record is None else cell(template, record))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
@@ -149,6 +168,12 @@ def render(name: str, results: Path = RESULTS) -> str:
         kind = spec.get("kind", "rows")
         if kind == "rows":
             return _rows_table(data, spec)
+        if kind == "matrix":
+            return _matrix_table(data, spec)
+        if kind == "suite_goals":
+            import suite_goals
+
+            return suite_goals.goals_table(data["records"])
         if kind == "section5":
             return _section5_table(spec, results)
         if kind == "schedule":

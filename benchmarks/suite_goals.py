@@ -1,0 +1,129 @@
+"""The goals of the small-data suite, computed from its records (``suite.py``).
+
+A record is named ``<data set>/<method>`` and its figures hold ``acc`` (test accuracy,
+%) and ``fit_s`` (fit seconds); the ``di_trained`` record also holds ``untrained_acc``,
+the test accuracy of the same map before training (``UntrainedBaseline``). The goals:
+
+1. ``di_trained`` >= the untrained map on every data set (against the same run's
+   ``untrained_acc``, else the ``untrained`` record);
+2. ``diclassifier`` >= ``svc`` on at least three quarters of the data sets;
+3. ``diclassifier`` at most 1 point below ``svc_cv`` on average (data sets with both);
+4. ``diclassifier``'s fit at most 10 x ``svc``'s where ``svc`` takes over 1 s (data sets
+   where both trained on the same number of rows, ``train_rows``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["datasets", "goals", "goals_table", "matrix"]
+
+Record = dict[str, Any]
+
+
+def matrix(records: list[Record]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{data set: {method: figures}}`` of records named ``<data set>/<method>``."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in records:
+        dataset, _, method = record["name"].partition("/")
+        if method:
+            out.setdefault(dataset, {})[method] = record["figures"]
+    return out
+
+
+def datasets(records: list[Record]) -> list[str]:
+    """The data sets of the records, in the order they first appear."""
+    return list(matrix(records))
+
+
+def _untrained(methods: dict[str, dict[str, Any]]) -> float | None:
+    trained = methods.get("di_trained", {})
+    if trained.get("untrained_acc") is not None:
+        return float(trained["untrained_acc"])
+    if "untrained" in methods:
+        return float(methods["untrained"]["acc"])
+    return None
+
+
+def goals(records: list[Record]) -> list[dict[str, Any]]:
+    """Each goal: ``{"goal", "held" (bool, or None with no data), "detail"}``."""
+    table = matrix(records)
+    out = []
+
+    pairs = [
+        (name, m["di_trained"]["acc"], _untrained(m))
+        for name, m in table.items()
+        if "di_trained" in m and _untrained(m) is not None
+    ]
+    below = [f"{n} ({t:.2f} < {u:.2f})" for n, t, u in pairs if t < u]
+    out.append(
+        {
+            "goal": "DI-trained >= untrained map on every data set",
+            "held": None if not pairs else not below,
+            "detail": f"{len(pairs) - len(below)}/{len(pairs)}"
+            + (f"; below: {', '.join(below)}" if below else ""),
+        }
+    )
+
+    duels = [
+        (n, m["diclassifier"]["acc"], m["svc"]["acc"])
+        for n, m in table.items()
+        if "diclassifier" in m and "svc" in m
+    ]
+    wins = sum(di >= svc for _, di, svc in duels)
+    out.append(
+        {
+            "goal": "DIClassifier() >= SVC() on at least 3/4 of the data sets",
+            "held": None if not duels else 4 * wins >= 3 * len(duels),
+            "detail": f"{wins}/{len(duels)}",
+        }
+    )
+
+    gaps = [
+        m["diclassifier"]["acc"] - m["svc_cv"]["acc"]
+        for m in table.values()
+        if "diclassifier" in m and "svc_cv" in m
+    ]
+    mean = sum(gaps) / len(gaps) if gaps else 0.0
+    out.append(
+        {
+            "goal": "DIClassifier() within 1 point of CV-tuned SVC on average",
+            "held": None if not gaps else mean >= -1.0,
+            "detail": f"mean difference {mean:+.2f} points over {len(gaps)} data sets",
+        }
+    )
+
+    slow = [
+        (n, m["diclassifier"]["fit_s"] / m["svc"]["fit_s"])
+        for n, m in table.items()
+        if "diclassifier" in m
+        and "svc" in m
+        and m["svc"]["fit_s"] > 1.0
+        and m["svc"].get("train_rows") == m["diclassifier"].get("train_rows")
+    ]
+    over = [f"{n} ({ratio:.1f}x)" for n, ratio in slow if ratio > 10.0]
+    out.append(
+        {
+            "goal": "DIClassifier() fit <= 10x SVC()'s where SVC() takes over 1 s",
+            "held": None if not slow else not over,
+            "detail": (
+                f"{len(slow) - len(over)}/{len(slow)} data sets"
+                + (f"; over: {', '.join(over)}" if over else "")
+                + (
+                    "; ratios: " + ", ".join(f"{n} {r:.1f}x" for n, r in slow)
+                    if slow and not over
+                    else ""
+                )
+            ),
+        }
+    )
+    return out
+
+
+def goals_table(records: list[Record]) -> str:
+    """The goals as a markdown table: goal, held / not held, detail."""
+    lines = ["| goal | held | detail |", "|---|---|---|"]
+    for goal in goals(records):
+        held = {True: "held", False: "not held", None: "no data"}[goal["held"]]
+        lines.append(f"| {goal['goal']} | {held} | {goal['detail']} |")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""benchmarks/suite_goals.py and the suite's tables: the goals of the small-data suite
+computed from a small set of fake records, and the data set x method matrix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+suite_goals = pytest.importorskip("suite_goals")
+report = pytest.importorskip("report")
+
+
+def _record(name: str, acc: float, fit_s: float, **extra: float) -> dict[str, Any]:
+    figures = {"acc": acc, "fit_s": fit_s, **extra}
+    return {"name": name, "figures": figures, "machine": "2-core x86_64 CPU, torch"}
+
+
+def _records() -> list[dict[str, Any]]:
+    # a: DI-trained 90 >= untrained 85; DIClassifier 90 >= SVC 89; 2.0 s vs SVC 0.5 s
+    # b: DI-trained 70 < its run's untrained 72 (the untrained record says 60);
+    #    DIClassifier 80 < SVC 81; CV 83; 30 s vs SVC 2 s (15x, SVC over 1 s)
+    # c: DIClassifier 95 >= SVC 95; CV 95.5; 5 s vs SVC 1.5 s (3.3x)
+    # d: DIClassifier 60 >= SVC 50; no CV; no DI-trained
+    return [
+        _record("a/untrained", 85.0, 0.1),
+        _record("a/di_trained", 90.0, 3.0),
+        _record("a/diclassifier", 90.0, 2.0),
+        _record("a/svc", 89.0, 0.5),
+        _record("a/svc_cv", 91.0, 1.0),
+        _record("b/untrained", 60.0, 0.1),
+        _record("b/di_trained", 70.0, 3.0, untrained_acc=72.0),
+        _record("b/diclassifier", 80.0, 30.0),
+        _record("b/svc", 81.0, 2.0),
+        _record("b/svc_cv", 83.0, 9.0),
+        _record("c/diclassifier", 95.0, 5.0),
+        _record("c/svc", 95.0, 1.5),
+        _record("c/svc_cv", 95.5, 4.0),
+        _record("d/diclassifier", 60.0, 1.0),
+        _record("d/svc", 50.0, 0.1),
+    ]
+
+
+def test_the_goals_computed_from_records() -> None:
+    goals = suite_goals.goals(_records())
+    assert [g["held"] for g in goals] == [False, True, False, False]
+    # 1: b's DI-trained is compared with its own run's untrained figure, 72
+    assert goals[0]["detail"] == "1/2; below: b (70.00 < 72.00)"
+    # 2: a, c, d win: 3 of 4
+    assert goals[1]["detail"] == "3/4"
+    # 3: (90 - 91 + 80 - 83 + 95 - 95.5) / 3 = -1.5
+    assert goals[2]["detail"] == "mean difference -1.50 points over 3 data sets"
+    # 4: only b and c have SVC over 1 s; b is 15x
+    assert goals[3]["detail"] == "1/2 data sets; over: b (15.0x)"
+
+
+def test_the_goals_flip_when_the_records_do() -> None:
+    records = _records()
+    for record in records:
+        if record["name"] == "b/di_trained":
+            record["figures"]["untrained_acc"] = 70.0  # equal counts as held
+        if record["name"] == "b/diclassifier":
+            record["figures"].update(acc=84.0, fit_s=19.0)
+        if record["name"] == "d/diclassifier":
+            record["figures"]["acc"] = 40.0
+    goals = suite_goals.goals(records)
+    # 2: a, b, c win, d loses: still 3/4; 3: (-1 + 1 - 0.5) / 3 = -0.17
+    assert [g["held"] for g in goals] == [True, True, True, True]
+    assert goals[2]["detail"] == "mean difference -0.17 points over 3 data sets"
+
+
+def test_without_the_records_a_goal_says_no_data() -> None:
+    goals = suite_goals.goals([_record("a/svc", 1.0, 0.1)])
+    assert [g["held"] for g in goals] == [None, None, None, None]
+    assert "| DI-trained >= untrained map on every data set | no data |" in (
+        suite_goals.goals_table([])
+    )
+
+
+def test_the_matrix_table_puts_one_record_in_each_cell() -> None:
+    data = {"records": _records()}
+    spec = {
+        "row_header": "data set",
+        "rows": ["a", "d"],
+        "columns": [["SVC", "svc"], ["DI", "di_trained"], ["before", "di_trained", "{fit_s}"]],
+        "cell": "{acc:.1f} ({fit_time})",
+    }
+    assert report._matrix_table(data, spec) == (
+        "| data set | SVC | DI | before |\n|---|---|---|---|\n"
+        "| a | 89.0 (0.5 s) | 90.0 (3.0 s) | 3.0 |\n| d | 50.0 (0.1 s) | - | - |"
+    )
+
+
+def test_the_time_goal_compares_only_fits_on_the_same_rows() -> None:
+    records = [
+        _record("a/diclassifier", 90.0, 100.0, train_rows=20),
+        _record("a/svc", 89.0, 2.0, train_rows=10),  # SVC on a subsample: not compared
+        _record("b/diclassifier", 90.0, 30.0, train_rows=10),
+        _record("b/svc", 89.0, 2.0, train_rows=10),
+    ]
+    time_goal = suite_goals.goals(records)[3]
+    assert time_goal["held"] is False
+    assert time_goal["detail"] == "0/1 data sets; over: b (15.0x)"
