@@ -162,7 +162,7 @@ def train_map(
         TrainResult: the histories and the epoch kept (its parameters are in ``layer``).
     """
     optimizer = torch.optim.Adam(layer.parameters(), lr=lr)
-    loop = _EpochLoop(optimizer)
+    loop: Any = _EpochLoop(optimizer)  # read by the callbacks as their Trainer
     decay = PlateauDecay(patience=PATIENCE, verbose=False)
     stop = DISaturationStopping()
     result = TrainResult()

@@ -24,6 +24,8 @@ from typing_extensions import Self
 
 from kernel_layers.callbacks.keep_best import KeepBest
 from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.objectives import DEFAULT_RHO
+from kernel_layers.selection.rho import rho_for_epoch
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.approximation import KernelApproximationLogging
 from kernel_layers.training.architecture import describe_module
@@ -104,6 +106,7 @@ class KernelModule(LightningModule):
         self.short_batches_skipped = 0
         self.head_tracker = ReadoutTracker()
         register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
+        self._chosen_rho = DEFAULT_RHO  # rho=None: replaced when a fit starts
 
     @property
     def objective(self) -> str:
@@ -201,7 +204,7 @@ class KernelModule(LightningModule):
         return self.kernel_layer.discriminant_information(
             h,
             y,
-            rho=hp["rho"],
+            rho=self.rho,
             num_classes=hp.get("num_classes"),
             sync_dist=self._world_size > 1,
         )
@@ -233,10 +236,20 @@ class KernelModule(LightningModule):
         if groups:
             self.log("lr", float(groups[0]["lr"]), on_step=False, on_epoch=True)
 
+    @property
+    def rho(self) -> float:
+        """DI's ridge parameter in use: ``rho`` as given, or (``rho=None``) the one
+        :func:`~kernel_layers.selection.rho.rho_for_epoch` chose for the running fit's
+        batches per epoch (the paper's ``1e-4`` before any fit)."""
+        given = self.hparams["rho"]
+        return float(given) if given is not None else self._chosen_rho
+
     def on_train_start(self) -> None:
         # The buffer may come from a checkpoint: read it once here, not in a step.
         self.di_epoch_seen = int(self.di_epoch_index)
         init_map_from_data(self)
+        if self.hparams["rho"] is None:
+            self._chosen_rho = rho_for_epoch(max(float(self.trainer.num_training_batches), 1.0))
 
     # ------------------------------------------------------------------ read-out fits
     @property

@@ -72,7 +72,7 @@ def training_loss(model: KernelModule, batch: Any, batch_idx: int) -> Tensor | N
     elif objective == "ls":
         model.head.update(features.detach(), y)
         weight, bias = model.head.weight.to(features.dtype), model.head.bias.to(features.dtype)
-        loss = least_squares_loss(features, onehot, weight, bias, rho=model.hparams["rho"])
+        loss = least_squares_loss(features, onehot, weight, bias, rho=model.rho)
         loss = loss / len(y)
     else:
         assert model.readout is not None  # objective "ce" builds it

@@ -24,7 +24,6 @@ from kernel_layers._validation import (
 )
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
@@ -82,7 +81,11 @@ class KernelClassifier(KernelModule):
         num_classes: number of classes ``L``.
         backbone: optional feature extractor before the kernel layer.
         objective: ``"di"``, ``"ls"`` or ``"ce"``.
-        rho: ridge parameter of DI / NysDI and of the LS loss.
+        rho: ridge parameter of DI / NysDI and of the LS loss; ``None`` (default): chosen
+            when a fit starts by :func:`~kernel_layers.selection.rho.rho_for_epoch`: the
+            paper's ``1e-4`` from 8 batches per epoch on, ``0.1`` below (on small data the
+            paper's ridge lets DI fit the training rows; benchmarks/README.md, the
+            small-data suite). :attr:`rho` gives the value in use.
         lr: Adam learning rate of the kernel layer (and read-out).
         backbone_lr: learning rate of the backbone (default ``lr``).
         head_rho: ridge penalty of the closed-form read-out.
@@ -123,7 +126,7 @@ class KernelClassifier(KernelModule):
         num_classes: int,
         backbone: nn.Module | None = None,
         objective: str = "di",
-        rho: float = DEFAULT_RHO,
+        rho: float | None = None,
         lr: float = 1e-3,
         backbone_lr: float | None = None,
         head_rho: float = DEFAULT_HEAD_RHO,
@@ -154,8 +157,8 @@ class KernelClassifier(KernelModule):
         preflight.check_scalars(
             owner,
             num_classes=num_classes,
-            positive={"rho": rho, "lr": lr, "head_rho": head_rho},
-            optional_positive={"backbone_lr": backbone_lr},
+            positive={"lr": lr, "head_rho": head_rho},
+            optional_positive={"backbone_lr": backbone_lr, "rho": rho},
             flags={"init_landmarks": init_landmarks, "return_scores": return_scores},
             approximation_rows=approximation_rows,
         )

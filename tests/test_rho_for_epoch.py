@@ -1,0 +1,61 @@
+"""DI's ridge parameter chosen from the batches per epoch (``rho=None``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import lightning as L
+import pytest
+import torch
+from sklearn.datasets import make_classification
+
+from kernel_layers.data import TensorDataModule
+from kernel_layers.layers.fourier import FourierLayer
+from kernel_layers.objectives import discriminant_information
+from kernel_layers.selection.rho import rho_for_epoch
+from kernel_layers.training.module import KernelClassifier
+
+
+@pytest.mark.parametrize(
+    ("batches", "rho"),
+    [(1, 0.1), (7, 0.1), (7.5, 0.1), (8, 1e-4), (100, 1e-4), (float("inf"), 1e-4)],
+)
+def test_rho_for_epoch(batches: float, rho: float) -> None:
+    assert rho_for_epoch(batches) == rho
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -3, True, "8", float("nan")])
+def test_rho_for_epoch_refuses_what_is_not_a_batch_count(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"rho_for_epoch: argument 'batches' must be a number"):
+        rho_for_epoch(bad)  # type: ignore[arg-type]
+
+
+def _data(rows: int, batch: int) -> TensorDataModule:
+    x, y = make_classification(n_samples=rows + 100, n_features=6, n_informative=4,
+                               n_redundant=0, n_classes=3, random_state=0)  # fmt: skip
+    return TensorDataModule(x[:rows], y[:rows], x[rows:], y[rows:], batch_size=batch)
+
+
+@pytest.mark.parametrize(("rows", "batch", "rho"), [(300, 100, 0.1), (900, 100, 1e-4)])
+def test_the_classifier_chooses_rho_from_its_epoch_and_trains_with_it(
+    make_trainer: Callable[..., L.Trainer], rows: int, batch: int, rho: float
+) -> None:
+    model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3)
+    assert model.rho == 1e-4  # the paper's until a fit chooses
+    make_trainer(max_epochs=1).fit(model, _data(rows, batch))
+    assert model.rho == rho and model.hparams["rho"] is None
+    x, y = torch.rand(60, 6, dtype=torch.float64), torch.arange(60) % 3
+    model.double()
+    expected = discriminant_information(model.kernel_layer(x), y, rho=rho, num_classes=3)
+    torch.testing.assert_close(model._di(x, y), expected, rtol=1e-12, atol=0)
+
+
+def test_a_given_rho_is_kept(make_trainer: Callable[..., L.Trainer]) -> None:
+    model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3, rho=0.5)
+    make_trainer(max_epochs=1).fit(model, _data(300, 100))
+    assert model.rho == 0.5
+
+
+def test_a_bad_rho_is_named() -> None:
+    with pytest.raises(ValueError, match=r"KernelClassifier: argument 'rho'"):
+        KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3, rho=-1.0)
