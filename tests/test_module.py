@@ -464,7 +464,7 @@ def test_a_user_defined_map_trains_with_di(
     # The DI the model trains is the map's (the default: DI of its features).
     x, y = (t.to(model.device) for t in next(iter(dm.train_dataloader())))
     with torch.no_grad():
-        di = discriminant_information(layer(x), y, rho=model.hparams["rho"], num_classes=4)
+        di = discriminant_information(layer(x), y, rho=model.rho, num_classes=4)
         assert torch.allclose(model._di(x, y), di)
     assert _fitted_accuracy(make_trainer, model, dm) > 0.5  # chance: 0.25
 

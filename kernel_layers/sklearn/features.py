@@ -5,6 +5,7 @@ held-out rows). The training loop is :func:`kernel_layers.sklearn.training.train
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from numbers import Integral, Real
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "as_random_state",
     "build_map",
     "check_params",
+    "learn_map",
 ]
 
 #: Kernel maps :class:`DIFeatures` can learn.
@@ -154,6 +156,66 @@ def ridge_score(
     return score
 
 
+def learn_map(
+    estimator: Any,
+    X: np.ndarray,
+    targets: np.ndarray,
+    device: torch.device,
+    trains: bool,
+    num_classes: int | None,
+    score_of: Callable[..., Any],
+) -> torch.Tensor:
+    """What both estimators' ``fit`` share: build the map on ``X [N, D]`` and (if
+    ``trains``) train it by :func:`~kernel_layers.sklearn.training.train_map` against
+    ``targets`` (labels ``[N]`` with ``num_classes``, or a float matrix ``[N, L]`` with
+    ``None``), holding out ``estimator.validation_fraction`` of the rows (stratified by
+    labels) scored by ``score_of(x_fit, targets_fit, x_held, targets_held)``. Sets the
+    fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``di_history_``,
+    ``validation_scores_``, ``best_epoch_``, ``lr_decay_epochs_``) and returns ``X`` as a
+    float64 tensor on ``device``."""
+    owner = type(estimator).__name__
+    seed = int(as_random_state(owner, estimator.random_state).randint(2**31 - 1))
+    x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
+    gamma = estimator.gamma if estimator.gamma is not None else _safe_gamma(X)
+    fraction = estimator.validation_fraction if trains else None
+    labels = targets if num_classes is not None else None
+    fit, held = split_rows(len(x), fraction, seed, labels)
+    width = estimator.n_components or default_components(len(x))
+    batch = 0  # the untrained map: as many landmarks as rows at most (as Nystroem)
+    if trains:  # a batch from the rows trained on, and J below it
+        width, batch = train_sizes(owner, estimator.batch_size, len(fit), width)
+    layer = build_map(estimator.map, estimator.kernel, gamma, x[fit], width, seed).to(device)
+    result = TrainResult()
+    if trains:
+        score = None
+        if len(held):
+            scored = fit
+            if len(fit) > SCORE_ROWS:
+                scored = np.sort(np.random.RandomState(seed).choice(fit, SCORE_ROWS, False))
+            score = score_of(x[scored], targets[scored], x[held], targets[held])
+        result = train_map(
+            layer,
+            x[fit],
+            torch.as_tensor(targets[fit], device=device),
+            num_classes=num_classes,
+            batch=batch,
+            max_epochs=estimator.max_epochs,
+            lr=estimator.lr,
+            rho=estimator.rho,
+            generator=torch.Generator().manual_seed(seed),
+            score=score,
+            n_iter_no_change=estimator.n_iter_no_change,
+        )
+    estimator.layer_ = layer.eval()
+    estimator.n_components_ = layer.out_features
+    estimator.batch_size_ = batch
+    estimator.di_history_ = result.di_history
+    estimator.validation_scores_ = [s[0] for s in result.score_history]
+    estimator.best_epoch_ = result.best_epoch
+    estimator.lr_decay_epochs_ = result.lr_decay_epochs
+    return x
+
+
 class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Kernel features learned with the Discriminant Information criterion.
 
@@ -245,50 +307,13 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 ``batch_size <= n_components``, or a ``device`` this machine lacks.
         """
         device = check_params(self)
-        owner = type(self).__name__
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
         codes = encoder.transform(y)
-        seed = int(as_random_state(owner, self.random_state).randint(2**31 - 1))
-        x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
-        gamma = self.gamma if self.gamma is not None else _safe_gamma(X)
         trains = self.max_epochs > 0 and len(self.classes_) > 1
-        fit, held = split_rows(len(x), self.validation_fraction if trains else None, seed, codes)
-        width = self.n_components or default_components(len(x))
-        batch = 0  # the untrained map: as many landmarks as rows at most (as Nystroem)
-        if trains:  # a batch from the rows trained on, and J below it
-            width, batch = train_sizes(owner, self.batch_size, len(fit), width)
-        layer = build_map(self.map, self.kernel, gamma, x[fit], width, seed).to(device)
-        result = TrainResult()
-        if trains:
-            score = None
-            if len(held):
-                scored = fit
-                if len(fit) > SCORE_ROWS:
-                    scored = np.sort(np.random.RandomState(seed).choice(fit, SCORE_ROWS, False))
-                score = ridge_score(x[scored], codes[scored], x[held], codes[held])
-            result = train_map(
-                layer,
-                x[fit],
-                torch.as_tensor(codes[fit], device=device),
-                num_classes=len(self.classes_),
-                batch=batch,
-                max_epochs=self.max_epochs,
-                lr=self.lr,
-                rho=self.rho,
-                generator=torch.Generator().manual_seed(seed),
-                score=score,
-                n_iter_no_change=self.n_iter_no_change,
-            )
-        self.layer_ = layer.eval()
-        self.n_components_ = layer.out_features
-        self.batch_size_ = batch
-        self.di_history_ = result.di_history
-        self.validation_scores_ = [s[0] for s in result.score_history]
-        self.best_epoch_ = result.best_epoch
-        self.lr_decay_epochs_ = result.lr_decay_epochs
+        learn_map(self, X, codes, device, trains, len(self.classes_), ridge_score)
         return self
 
     def transform(self, X: Any) -> np.ndarray:

@@ -12,21 +12,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
-from kernel_layers.sklearn.features import (
-    SCORE_ROWS,
-    _safe_gamma,
-    as_random_state,
-    build_map,
-    check_params,
-)
+from kernel_layers.sklearn.features import check_params, learn_map
 from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge_targets, scale_of
-from kernel_layers.sklearn.training import (
-    TrainResult,
-    default_components,
-    split_rows,
-    train_map,
-    train_sizes,
-)
 
 __all__ = ["DIRegressor", "r2_score_of"]
 
@@ -132,7 +119,6 @@ class DIRegressor(RegressorMixin, BaseEstimator):
                 targets that are not finite numbers (scikit-learn's message).
         """
         device = check_params(self)
-        owner = type(self).__name__
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
         targets = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         self._one_target = np.ndim(y) == 1
@@ -140,44 +126,8 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         scale = targets.std(0)
         self.target_scale_ = np.where(scale > 0, scale, 1.0)
         z = (targets - self.target_mean_) / self.target_scale_
-        seed = int(as_random_state(owner, self.random_state).randint(2**31 - 1))
-        x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
-        gamma = self.gamma if self.gamma is not None else _safe_gamma(X)
-        trains = self.max_epochs > 0 and len(x) > 2
-        fit, held = split_rows(len(x), self.validation_fraction if trains else None, seed)
-        width = self.n_components or default_components(len(x))
-        batch = 0  # the untrained map: as many landmarks as rows at most (as Nystroem)
-        if trains:  # a batch from the rows trained on, and J below it
-            width, batch = train_sizes(owner, self.batch_size, len(fit), width)
-        layer = build_map(self.map, self.kernel, gamma, x[fit], width, seed).to(device)
-        result = TrainResult()
-        if trains:
-            score = None
-            if len(held):
-                scored = fit
-                if len(fit) > SCORE_ROWS:
-                    scored = np.sort(np.random.RandomState(seed).choice(fit, SCORE_ROWS, False))
-                score = r2_score_of(x[scored], z[scored], x[held], z[held])
-            result = train_map(
-                layer,
-                x[fit],
-                torch.as_tensor(z[fit], device=device),
-                num_classes=None,
-                batch=batch,
-                max_epochs=self.max_epochs,
-                lr=self.lr,
-                rho=self.rho,
-                generator=torch.Generator().manual_seed(seed),
-                score=score,
-                n_iter_no_change=self.n_iter_no_change,
-            )
-        self.layer_ = layer.eval()
-        self.n_components_ = layer.out_features
-        self.batch_size_ = batch
-        self.di_history_ = result.di_history
-        self.validation_scores_ = [s[0] for s in result.score_history]
-        self.best_epoch_ = result.best_epoch
-        self.lr_decay_epochs_ = result.lr_decay_epochs
+        trains = self.max_epochs > 0 and len(X) > 2
+        x = learn_map(self, X, z, device, trains, None, r2_score_of)
         self.readout_: LooRidge = fit_loo_ridge_targets(self._features(x), z)
         return self
 
