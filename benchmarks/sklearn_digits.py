@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import records
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -37,8 +35,12 @@ from sklearn.svm import SVC
 
 from kernel_layers.sklearn import DIClassifier
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ROOT / "benchmarks" / "results" / "sklearn_digits.json"
+RECORDS = records.ROOT / "benchmarks" / "results" / "sklearn_digits.json"
+DESCRIPTION = (
+    "DIClassifier() and SVC() with their defaults on scikit-learn's digits (70/30 split, "
+    "random_state=0, MinMaxScaler): median test accuracy and fit time of the repeats "
+    "(DIClassifier random_state 0, 1, ...), their range in brackets."
+)
 COLUMNS = [
     ["torch threads", "{threads}"],
     ["`DIClassifier()` accuracy", "{di_acc:.2f} % ({di_acc_range})"],
@@ -70,16 +72,6 @@ def _time(make: Any, data: tuple[Any, ...], repeats: int) -> tuple[list[float], 
     return accuracies, seconds
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-    except OSError:
-        return "unknown"
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Time both estimators, write the record; returns it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -91,46 +83,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     di_acc, di_s = _time(lambda i: DIClassifier(random_state=i), data, args.repeats)
     svc_acc, svc_s = _time(lambda i: SVC(), data, args.repeats)
     threads = torch.get_num_threads()
-    record = {
-        "name": f"digits_threads{threads}",
-        "figures": {
-            "threads": threads,
-            "repeats": args.repeats,
-            "di_acc": statistics.median(di_acc),
-            "di_acc_range": f"{min(di_acc):.2f} - {max(di_acc):.2f} %",
-            "di_fit_s": statistics.median(di_s),
-            "di_fit_range": f"{min(di_s):.2f} - {max(di_s):.2f} s",
-            "svc_acc": statistics.median(svc_acc),
-            "svc_fit_s": statistics.median(svc_s),
-            "load": load,
+    figures = {
+        "threads": threads,
+        "repeats": args.repeats,
+        "di_acc": statistics.median(di_acc),
+        "di_acc_range": f"{min(di_acc):.2f} - {max(di_acc):.2f} %",
+        "di_fit_s": statistics.median(di_s),
+        "di_fit_range": f"{min(di_s):.2f} - {max(di_s):.2f} s",
+        "svc_acc": statistics.median(svc_acc),
+        "svc_fit_s": statistics.median(svc_s),
+        "load": load,
+    }
+    record = records.record(f"digits_threads{threads}", figures, "sklearn_digits.py", argv)
+    records.store(
+        args.output,
+        record,
+        DESCRIPTION,
+        lambda stored: {
+            "sklearn_digits": {"rows": sorted(r["name"] for r in stored), "columns": COLUMNS}
         },
-        "command": " ".join(
-            (
-                [f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"]
-                if "OMP_NUM_THREADS" in os.environ
-                else []
-            )
-            + [
-                "python",
-                "benchmarks/sklearn_digits.py",
-                *(argv if argv is not None else sys.argv[1:]),
-            ]
-        ),
-        "commit": _commit(),
-        "machine": (f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__}"),
-        "date": time.strftime("%Y-%m-%d"),
-    }
-    stored = json.loads(args.output.read_text()) if args.output.exists() else {"records": []}
-    records = [r for r in stored["records"] if r["name"] != record["name"]] + [record]
-    records.sort(key=lambda r: r["name"])
-    out = {
-        "description": "DIClassifier() and SVC() with their defaults on scikit-learn's digits "
-        "(70/30 split, random_state=0, MinMaxScaler): median test accuracy and fit time of "
-        "the repeats (DIClassifier random_state 0, 1, ...), their range in brackets.",
-        "records": records,
-        "tables": {"sklearn_digits": {"rows": [r["name"] for r in records], "columns": COLUMNS}},
-    }
-    args.output.write_text(json.dumps(out, indent=1) + "\n")
+    )
     print(json.dumps(record, indent=1))
     return record
 
