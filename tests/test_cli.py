@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from formats import write_covtype, write_idx_images, write_idx_labels
+from formats import write_covtype, write_idx_images, write_idx_labels, write_letter
 from hostile import serve, write_code_running_checkpoint
 
 from kernel_layers import KernelClassifier
@@ -41,7 +41,7 @@ QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=
 
 @pytest.fixture(scope="module")
 def offline_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Small files in the real formats: MNIST-layout IDX files and a UCI covtype CSV."""
+    """Small files in the real formats: MNIST-layout IDX files, UCI covtype and Letter CSVs."""
     root = tmp_path_factory.mktemp("data")
     rng = np.random.default_rng(0)
     for n_train, folder in ((2400, root / "idx"),):
@@ -51,6 +51,7 @@ def offline_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_idx_images(folder / IDX[2], rng.integers(0, 256, (300, 28, 28)))
         write_idx_labels(folder / IDX[3], np.arange(300) % 10)
     write_covtype(root / "covtype.data.gz", n=1600)
+    write_letter(root / "letter-recognition.data", n=1600)  # 1200 / 400: J = 500 fits
     return root
 
 
