@@ -358,6 +358,9 @@ ALLOWED: dict[tuple[str, str, str], Callable[[Any], bool]] = {
     ("NystromLayer", "jitter", "None"): lambda layer: layer.jitter > 0,
     ("FeatureCentering", "momentum", "None"): lambda module: module.momentum is None,
     ("KernelClassifier", "backbone_lr", "None"): lambda model: model.hparams["backbone_lr"] is None,
+    ("KernelClassifier", "rho", "None"): lambda model: (
+        model.hparams["rho"] is None and model.rho == 1e-4
+    ),  # chosen when a fit starts; the paper's until then
     ("nystrom_discriminant_information", "jitter", "None"): lambda di: bool(torch.isfinite(di)),
     ("TensorDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,
     ("DigitsDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,

@@ -112,7 +112,7 @@ def test_val_di_is_the_row_weighted_di_of_the_validation_batches(
         for x, y in dm.val_dataloader():
             if len(x) > 40:
                 features = model(x).double()
-                total += float(discriminant_information(features, y, rho=1e-4)) * len(x)
+                total += float(discriminant_information(features, y, rho=model.rho)) * len(x)
                 rows += len(x)
     assert rows > 0
     assert float(trainer.callback_metrics["val/di"]) == pytest.approx(total / rows, rel=1e-4)
