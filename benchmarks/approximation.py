@@ -184,7 +184,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     datasets = sorted({r["figures"]["dataset"] for r in records})
-    fig, axes = plt.subplots(2, len(datasets), figsize=(5 * len(datasets), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(datasets), figsize=(5 * len(datasets), 7.5), squeeze=False)
     for col, dataset in enumerate(datasets):
         for method in METHODS:
             points = sorted(
@@ -205,8 +205,12 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
             axes[1][col].plot(dims, acc, **style)
         axes[0][col].set(title=dataset, xscale="log", yscale="log", ylabel="‖K − ΦΦᵀ‖_F / ‖K‖_F")
         axes[1][col].set(xscale="log", xlabel="J", ylabel="ridge test accuracy (%)")
-        axes[0][col].legend(fontsize=7)
-    fig.tight_layout()
+    # One legend under the panels: inside them it hides the lines of the wider maps.
+    handles, labels = max(
+        (ax.get_legend_handles_labels() for ax in axes[0]), key=lambda found: len(found[1])
+    )
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
