@@ -51,12 +51,12 @@ def extract(deb_path: Path, out: Path) -> list[Path]:
     Returns:
         list[Path]: the files written.
     """
-    import rdata  # a benchmark dependency: parses R's format, runs no code
-
     members = deb_members(deb_path.read_bytes())
     data = next((v for k, v in members.items() if k.startswith("data.tar")), None)
     if data is None:
         raise ValueError(f"{deb_path}: no data.tar member; not a binary Debian package")
+    import rdata  # a benchmark dependency: parses R's format, runs no code
+
     out.mkdir(parents=True, exist_ok=True)
     written = []
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:

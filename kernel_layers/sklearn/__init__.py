@@ -10,12 +10,14 @@
   several columns) and a ridge read-out chosen by leave-one-out: ``predict``, ``score``
   (``R^2``).
 
-Both take and return NumPy arrays (float64 throughout, as scikit-learn's own kernel
+All three take and return NumPy arrays (float64 throughout, as scikit-learn's own kernel
 approximations), print nothing, and work inside ``Pipeline`` and ``GridSearchCV``.
 Their defaults follow scikit-learn's ``SVC``: ``gamma`` from the data
 (``1 / (n_features * X.var())``), ``J`` from the number of rows, and training stopped
-by the DI paper's rule. Training is a plain PyTorch loop (Adam on ``-DI``), seeded by
-``random_state``.
+by the DI paper's rule. Training is a plain PyTorch loop (Adam on ``-DI``,
+:mod:`kernel_layers.sklearn.training`), seeded by ``random_state``; it holds out
+``validation_fraction`` of the rows and keeps the map of the best held-out score, the
+untrained map included.
 
 Example:
     >>> from sklearn.datasets import load_digits
