@@ -167,6 +167,7 @@ def train_map(
     stop = DISaturationStopping()
     result = TrainResult()
     best_state: dict[str, torch.Tensor] | None = None
+    best = 0  # the epoch of the kept map (0: the untrained one)
     if score is not None:
         result.score_history.append(_score(score, layer))
         best_state = copy.deepcopy(layer.state_dict())
@@ -193,8 +194,8 @@ def train_map(
         result.best_epoch = epoch + 1
         if score is not None:
             result.score_history.append(_score(score, layer))
-            best = int(np.argmax(_ranks(result.score_history)))
-            if best == epoch + 1:
+            if result.score_history[-1] > result.score_history[best]:  # ties keep the earlier
+                best = epoch + 1
                 best_state = copy.deepcopy(layer.state_dict())
             if epoch + 1 - best >= n_iter_no_change:
                 break
@@ -203,7 +204,7 @@ def train_map(
     if score is not None:
         assert best_state is not None
         layer.load_state_dict(best_state)
-        result.best_epoch = int(np.argmax(_ranks(result.score_history)))
+        result.best_epoch = best
     result.lr_decay_epochs = list(decay.decay_epochs)
     layer.eval()
     return result
@@ -213,13 +214,6 @@ def _score(score: Score, layer: KernelFeatureMap) -> tuple[float, ...]:
     layer.eval()
     with torch.no_grad():
         return tuple(float(v) for v in score(layer))
-
-
-def _ranks(history: list[tuple[float, ...]]) -> list[int]:
-    """The rank of each score (ties share the first one's rank, so the earliest of equal
-    scores wins ``argmax``)."""
-    order = sorted(set(history))
-    return [order.index(s) for s in history]
 
 
 class _EpochLoop:
