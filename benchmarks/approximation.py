@@ -41,13 +41,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import records as record_fields
 import torch
 from lightning.pytorch import seed_everything
 from reproduce import RHO, evaluate, features_of, make_datamodule, train
@@ -215,20 +214,6 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _commit() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return found.stdout.strip() or "unknown"
-
-
-def _machine() -> str:
-    return (
-        f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__} with "
-        f"{torch.get_num_threads()} thread(s)"
-    )
-
-
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the grid (skipping what the record file holds); returns the new records."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -271,8 +256,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "name": f"{args.dataset} J {j} {method}",
                 "figures": figures,
                 "command": command.strip(),
-                "commit": _commit(),
-                "machine": _machine(),
+                "commit": record_fields.commit(),
+                "machine": record_fields.machine(),
                 "date": datetime.date.today().isoformat(),
             }
             records.append(record)
