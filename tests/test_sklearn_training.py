@@ -144,3 +144,25 @@ def test_bad_held_out_options_are_named(params: dict, error: type, match: str) -
     x, y = _digits(100)
     with pytest.raises(error, match=match):
         DIFeatures(10, **params).fit(x, y)
+
+
+@pytest.mark.parametrize(
+    ("rows", "batch", "expected"),
+    [(300, None, 0.1), (900, 100, 1e-4)],  # 1 batch an epoch; 810 // 100 = 8 batches
+)
+def test_rho_none_is_chosen_from_the_batches_of_an_epoch(
+    rows: int, batch: int | None, expected: float
+) -> None:
+    x, y = _digits(rows)
+    common: dict = dict(n_components=20, batch_size=batch, max_epochs=3, random_state=0)
+    chosen = DIFeatures(**common).fit(x, y)
+    given = DIFeatures(rho=expected, **common).fit(x, y)
+    assert chosen.rho_ == expected and given.rho_ == expected
+    assert torch.equal(chosen.layer_.landmarks, given.layer_.landmarks)
+    assert chosen.di_history_ == given.di_history_
+
+
+def test_rho_is_none_for_an_untrained_map() -> None:
+    x, y = _digits(100)
+    assert DIFeatures(20, max_epochs=0, random_state=0).fit(x, y).rho_ is None
+    assert DIFeatures(20, max_epochs=0, rho=0.5, random_state=0).fit(x, y).rho_ is None

@@ -12,9 +12,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers._validation import check_choice, check_positive
-from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.sklearn.features import DIFeatures, check_params
 from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge
+from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
 __all__ = ["READOUTS", "DIClassifier"]
 
@@ -50,10 +50,10 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
         map: str = "nystrom",
         kernel: str = "gaussian",
         gamma: float | None = None,
-        max_epochs: int = 10,
+        max_epochs: int = DEFAULT_MAX_EPOCHS,
         batch_size: int | None = None,
-        lr: float = 3e-3,
-        rho: float = DEFAULT_RHO,
+        lr: float = DEFAULT_LR,
+        rho: float | None = None,
         validation_fraction: float | None = 0.1,
         n_iter_no_change: int = 5,
         readout: str = "ridge",

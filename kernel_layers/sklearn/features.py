@@ -21,12 +21,14 @@ from kernel_layers._validation import check_choice, check_int, check_positive, c
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
-from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.selection.gamma import gamma_heuristic
+from kernel_layers.selection.rho import rho_for_epoch
 from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, scale_of
 from kernel_layers.sklearn.training import (
     DEFAULT_BATCH,
     DEFAULT_COMPONENTS,
+    DEFAULT_LR,
+    DEFAULT_MAX_EPOCHS,
     TrainResult,
     default_components,
     split_rows,
@@ -100,7 +102,8 @@ def check_params(estimator: Any) -> torch.device:
                 f"uses max(1000, 2 n_components) = {max(DEFAULT_BATCH, 2 * j)}"
             )
     check_positive(owner, "lr", estimator.lr)
-    check_positive(owner, "rho", estimator.rho)
+    if estimator.rho is not None:
+        check_positive(owner, "rho", estimator.rho)
     fraction = estimator.validation_fraction
     if fraction is not None and not (
         isinstance(fraction, Real) and not isinstance(fraction, bool) and 0 < float(fraction) < 1
@@ -170,7 +173,7 @@ def learn_map(
     ``targets`` (labels ``[N]`` with ``num_classes``, or a float matrix ``[N, L]`` with
     ``None``), holding out ``estimator.validation_fraction`` of the rows (stratified by
     labels) scored by ``score_of(x_fit, targets_fit, x_held, targets_held)``. Sets the
-    fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``di_history_``,
+    fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``rho_``, ``di_history_``,
     ``validation_scores_``, ``best_epoch_``, ``lr_decay_epochs_``) and returns ``X`` as a
     float64 tensor on ``device``."""
     owner = type(estimator).__name__
@@ -186,7 +189,10 @@ def learn_map(
         width, batch = train_sizes(owner, estimator.batch_size, len(fit), width)
     layer = build_map(estimator.map, estimator.kernel, gamma, x[fit], width, seed).to(device)
     result = TrainResult()
+    rho = estimator.rho
     if trains:
+        if rho is None:  # as KernelClassifier(rho=None): from the batches of an epoch
+            rho = rho_for_epoch(len(fit) // batch)
         score = None
         if len(held):
             scored = fit
@@ -201,7 +207,7 @@ def learn_map(
             batch=batch,
             max_epochs=estimator.max_epochs,
             lr=estimator.lr,
-            rho=estimator.rho,
+            rho=rho,
             generator=torch.Generator().manual_seed(seed),
             score=score,
             n_iter_no_change=estimator.n_iter_no_change,
@@ -209,6 +215,7 @@ def learn_map(
     estimator.layer_ = layer.eval()
     estimator.n_components_ = layer.out_features
     estimator.batch_size_ = batch
+    estimator.rho_ = rho if trains else None
     estimator.di_history_ = result.di_history
     estimator.validation_scores_ = [s[0] for s in result.score_history]
     estimator.best_epoch_ = result.best_epoch
@@ -235,7 +242,9 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         batch_size: rows per DI step, larger than ``n_components``; ``None``:
             ``max(1000, 2 J)``; capped at the training rows.
         lr: Adam's learning rate.
-        rho: DI's ridge parameter.
+        rho: DI's ridge parameter; ``None``: chosen from the batches of an epoch by
+            :func:`~kernel_layers.selection.rho.rho_for_epoch` (``0.1`` below 8, the DI
+            paper's ``1e-4`` from 8 on), as ``KernelClassifier(rho=None)`` chooses it.
         validation_fraction: share of the rows held out (stratified) to score the map
             after each epoch: the accuracy of :class:`~kernel_layers.sklearn.DIClassifier`'s
             ridge read-out fitted on the other rows (on at most ``SCORE_ROWS`` of them).
@@ -257,6 +266,7 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         classes_ (ndarray): the labels seen in ``fit``.
         n_components_ (int): the ``J`` used (see ``n_components``).
         batch_size_ (int): the rows per DI step used (``0``: no training).
+        rho_ (float | None): DI's ridge parameter used (``None``: no training).
         di_history_ (list[float]): mean training DI of each epoch.
         validation_scores_ (list[float]): held-out accuracy before training and after
             each epoch (empty without held-out rows).
@@ -277,10 +287,10 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         map: str = "nystrom",
         kernel: str = "gaussian",
         gamma: float | None = None,
-        max_epochs: int = 10,
+        max_epochs: int = DEFAULT_MAX_EPOCHS,
         batch_size: int | None = None,
-        lr: float = 3e-3,
-        rho: float = DEFAULT_RHO,
+        lr: float = DEFAULT_LR,
+        rho: float | None = None,
         validation_fraction: float | None = 0.1,
         n_iter_no_change: int = 5,
         random_state: int | np.random.RandomState | None = None,

@@ -11,9 +11,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.sklearn.features import check_params, learn_map
 from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge_targets, scale_of
+from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
 __all__ = ["DIRegressor", "r2_score_of"]
 
@@ -72,6 +72,7 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         feature_names_in_ (ndarray): column names of ``X`` when it has string names.
         n_components_ (int): the ``J`` used.
         batch_size_ (int): rows per DI step (``0``: no training).
+        rho_ (float | None): DI's ridge parameter used (``None``: no training).
         di_history_ (list[float]): mean training DI of each epoch.
         validation_scores_ (list[float]): held-out ``R^2`` before training and after each
             epoch (empty without held-out rows).
@@ -87,10 +88,10 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         map: str = "nystrom",
         kernel: str = "gaussian",
         gamma: float | None = None,
-        max_epochs: int = 10,
+        max_epochs: int = DEFAULT_MAX_EPOCHS,
         batch_size: int | None = None,
-        lr: float = 3e-3,
-        rho: float = DEFAULT_RHO,
+        lr: float = DEFAULT_LR,
+        rho: float | None = None,
         validation_fraction: float | None = 0.1,
         n_iter_no_change: int = 5,
         random_state: int | np.random.RandomState | None = None,

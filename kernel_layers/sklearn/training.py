@@ -34,6 +34,8 @@ from kernel_layers.layers.base import KernelFeatureMap
 __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_COMPONENTS",
+    "DEFAULT_LR",
+    "DEFAULT_MAX_EPOCHS",
     "PATIENCE",
     "TrainResult",
     "default_components",
@@ -47,6 +49,11 @@ DEFAULT_BATCH = 1000
 #: ``n_components=None`` takes ``min(DEFAULT_COMPONENTS, rows // 3)`` (at least 1), so that
 #: the default batch ``min(max(1000, 2 J), rows)`` stays at least ``2 J``.
 DEFAULT_COMPONENTS = 400
+#: The estimators' epoch cap: the held-out score (``n_iter_no_change``) and the DI paper's
+#: rule usually stop training well before it.
+DEFAULT_MAX_EPOCHS = 100
+#: The estimators' Adam learning rate (the recipes' value).
+DEFAULT_LR = 1e-2
 #: Epochs without a better mean DI before the learning rate is multiplied by 0.1.
 PATIENCE = 3
 
