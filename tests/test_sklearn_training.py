@@ -123,18 +123,17 @@ def test_the_classifier_passes_the_held_out_options_and_refits_on_all_rows() -> 
         (
             {"validation_fraction": 1.5},
             ValueError,
-            r"DIFeatures: argument 'validation_fraction' must be None or a number in "
-            r"\(0, 1\), got 1.5",
+            r"DIFeatures: argument 'validation_fraction' must be in \(0, 1\), got 1.5",
         ),
         (
             {"validation_fraction": "0.1"},
-            ValueError,
-            r"argument 'validation_fraction' must be None or a number in \(0, 1\), got '0.1'",
+            TypeError,
+            r"argument 'validation_fraction' must be a number in \(0, 1\), got '0.1'",
         ),
         (
             {"validation_fraction": True},
-            ValueError,
-            r"argument 'validation_fraction' must be None or a number in \(0, 1\), got True",
+            TypeError,
+            r"argument 'validation_fraction' must be a number in \(0, 1\), got True",
         ),
         ({"n_iter_no_change": 0}, ValueError, r"DIFeatures: argument 'n_iter_no_change'"),
         ({"n_iter_no_change": 2.5}, TypeError, r"DIFeatures: argument 'n_iter_no_change'"),

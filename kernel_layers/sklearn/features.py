@@ -6,7 +6,7 @@ held-out rows). The training loop is :func:`kernel_layers.sklearn.training.train
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from kernel_layers._validation import check_choice, check_int, check_positive, check_torch_device
+from kernel_layers._validation import (
+    check_choice,
+    check_fraction,
+    check_int,
+    check_positive,
+    check_torch_device,
+)
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
@@ -104,14 +110,8 @@ def check_params(estimator: Any) -> torch.device:
     check_positive(owner, "lr", estimator.lr)
     if estimator.rho is not None:
         check_positive(owner, "rho", estimator.rho)
-    fraction = estimator.validation_fraction
-    if fraction is not None and not (
-        isinstance(fraction, Real) and not isinstance(fraction, bool) and 0 < float(fraction) < 1
-    ):
-        raise ValueError(
-            f"{owner}: argument 'validation_fraction' must be None or a number in (0, 1), "
-            f"got {fraction!r}"
-        )
+    if estimator.validation_fraction is not None:
+        check_fraction(owner, "validation_fraction", estimator.validation_fraction)
     check_int(owner, "n_iter_no_change", estimator.n_iter_no_change, minimum=1)
     as_random_state(owner, estimator.random_state)
     if estimator.gamma is not None:
