@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import records
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,12 +61,6 @@ QUICK_RECIPE = [
 SUMMARY = re.compile(r"(\d+)(?:/\d+)? (passed|failed|skipped|error|test)s? ?(?:collected)?")
 #: Each step's share of the budget (the rest is the start-up of each process).
 SHARES = {"tests": 0.3, "di_step": 0.15, "recipe": 0.25, "epoch": 0.12, "cnn": 0.12}
-
-
-def machine(device: torch.device) -> str:
-    """The machine in the records' words: the accelerator, the CPU count, torch."""
-    what = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
-    return f"{what}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
 
 
 def run(cmd: list[str], timeout: float) -> tuple[int, str, float]:
@@ -101,6 +95,13 @@ def pytest_counts(output: str) -> dict[str, int]:
     return counts
 
 
+DESCRIPTION = (
+    "The GPU figures of benchmarks/gpu.py: the CUDA tests, the DI step against the GPU's "
+    "matrix-product floor, the MNIST recipes' time to accuracy, epoch overhead and peak "
+    "GPU memory."
+)
+
+
 class Steps:
     """The steps of one run and the record file they fill."""
 
@@ -110,7 +111,7 @@ class Steps:
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.scratch = Path(tempfile.mkdtemp(prefix="gpu_"))
-        self.records: list[dict[str, Any]] = []
+        self.stored: list[dict[str, Any]] = []
         self.accelerator = "gpu" if self.device.type == "cuda" else "cpu"
 
     def budget(self, step: str) -> float:
@@ -118,26 +119,15 @@ class Steps:
 
     def add(self, name: str, figures: dict[str, Any], command: list[str]) -> None:
         """Add a record and rewrite the record file."""
-        self.records.append(
-            {
-                "name": name,
-                "figures": figures,
-                "command": self.shown(command),
-                "commit": self.args.commit,
-                "machine": machine(self.device),
-                "date": time.strftime("%Y-%m-%d"),
-            }
-        )
-        data = {
-            "description": "The GPU figures of benchmarks/gpu.py: the CUDA tests, the DI "
-            "step against the GPU's matrix-product floor, the MNIST recipes' time to "
-            "accuracy, epoch overhead and peak GPU memory.",
-            "records": self.records,
+        record = {
+            "name": name,
+            "figures": figures,
+            "command": self.shown(command),
+            "commit": self.args.commit,
+            "machine": records.machine(self.device),
+            "date": time.strftime("%Y-%m-%d"),
         }
-        path = self.out / "gpu.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(path)
+        self.stored = records.store(self.out / "gpu.json", record, DESCRIPTION, {})
 
     def shown(self, command: list[str]) -> str:
         """``command`` as a record shows it: ``python``, paths from the repository root,
@@ -257,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.steps:
         actions[name]()
     print(f"records: {steps.out / 'gpu.json'}")
-    failed = [r["name"] for r in steps.records if r["figures"].get("status", 0) != 0]
+    failed = [r["name"] for r in steps.stored if r["figures"].get("status", 0) != 0]
     return 1 if failed else 0
 
 

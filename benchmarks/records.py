@@ -36,8 +36,12 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def machine() -> str:
-    """``"<cores>-core <arch> CPU, torch <version> with <n> thread(s)"``."""
+def machine(device: torch.device | None = None) -> str:
+    """``"<cores>-core <arch> CPU, torch <version> with <n> thread(s)"``; with a CUDA
+    ``device``, ``"<GPU name>, <cores> CPU cores, torch <version>"``."""
+    if device is not None and device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        return f"{name}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
     return (
         f"{os.cpu_count()}-core {platform.machine()} CPU, torch {torch.__version__} with "
         f"{torch.get_num_threads()} thread(s)"
