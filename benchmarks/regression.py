@@ -84,8 +84,9 @@ KRR_ROWS = 3000
 MAX_EPOCHS = 60
 #: Adam's learning rate of the DI-trained map.
 LR = 1e-2
-#: DI's ridge parameter.
-RHO = 1e-4
+#: DI's ridge parameter (``None``: ``KernelRegressor``'s default, chosen from the batches
+#: of an epoch).
+RHO: float | None = None
 LR_DEFAULT, RHO_DEFAULT = LR, RHO
 #: Share of the training rows the ``di`` method validates on to keep its best epoch.
 HELD_OUT = 0.1
@@ -146,11 +147,12 @@ def _fit_sklearn(make: Callable[[], Any], data: Split) -> tuple[np.ndarray, floa
 
 def _kernel_regressor(
     data: Split, j: int, gamma: float, epochs: int, held_out: float
-) -> tuple[np.ndarray, float]:
+) -> tuple[np.ndarray, float, float]:
     """``KernelRegressor`` trained ``epochs`` at most (0: the untrained map); with
     ``held_out > 0`` that share of the training rows is validated on after each epoch and
     the epoch of the best ``val/r2`` is kept (Lightning's ``ModelCheckpoint``). The
-    read-out is refitted on every training row at the end."""
+    read-out is refitted on every training row at the end. Returns the test predictions,
+    the seconds and DI's ``rho`` used."""
     x_train, x_test, y_train, y_test = data
     target = StandardScaler().fit(y_train[:, None])
     y_fit = target.transform(y_train[:, None])
@@ -174,8 +176,10 @@ def _kernel_regressor(
             num_sanity_val_steps=0,
         )
         start = time.perf_counter()
+        rho = model.rho  # rho=None: chosen when the fit starts
         if epochs:
             trainer.fit(model, module)
+            rho = model.rho
             if held_out:
                 model = KernelRegressor.load_from_checkpoint(best.best_model_path)
         else:  # the untrained map: the test loop draws the landmarks
@@ -187,7 +191,7 @@ def _kernel_regressor(
     model.eval()
     with torch.no_grad():
         standardised = model.predict(model(x)).double().numpy()
-    return target.inverse_transform(standardised)[:, 0], seconds
+    return target.inverse_transform(standardised)[:, 0], seconds, rho
 
 
 def measure(name: str, method: str, data: Split, width: int | None = None) -> dict[str, Any]:
@@ -220,7 +224,8 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     elif method in ("untrained", "di", "di_last"):
         epochs = 0 if method == "untrained" else MAX_EPOCHS
         held_out = HELD_OUT if method == "di" else 0.0
-        prediction, seconds = _kernel_regressor(data, j, gamma, epochs, held_out)
+        prediction, seconds, rho = _kernel_regressor(data, j, gamma, epochs, held_out)
+        extra = {"lr": LR, "rho": rho} if epochs else {}
     elif method == "di_regressor":
         from kernel_layers.sklearn import DIRegressor
 
@@ -239,7 +244,6 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
         "r2": r2,
         "rmse": rmse,
         "fit_s": seconds,
-        **({"lr": LR, "rho": RHO} if method in ("di", "di_last") else {}),
         **extra,
     }
 
@@ -277,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=RECORDS)
     parser.add_argument("--components", type=int, help="J (default: min(200, rows // 3))")
     parser.add_argument("--lr", type=float, default=LR, help="Adam's learning rate of DI")
-    parser.add_argument("--rho", type=float, default=RHO, help="DI's ridge parameter")
+    parser.add_argument(
+        "--rho", type=float, default=RHO, help="DI's ridge parameter (default: chosen)"
+    )
     args = parser.parse_args(argv)
     globals().update(LR=args.lr, RHO=args.rho)
     changed = [f"J{args.components}"] if args.components else []

@@ -7,13 +7,14 @@ from collections.abc import Callable
 import lightning as L
 import pytest
 import torch
-from sklearn.datasets import make_classification
+from sklearn.datasets import make_classification, make_regression
 
 from kernel_layers.data import TensorDataModule
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.objectives import discriminant_information
 from kernel_layers.selection.rho import rho_for_epoch
 from kernel_layers.training.module import KernelClassifier
+from kernel_layers.training.regression import KernelRegressor
 
 
 @pytest.mark.parametrize(
@@ -59,3 +60,18 @@ def test_a_given_rho_is_kept(make_trainer: Callable[..., L.Trainer]) -> None:
 def test_a_bad_rho_is_named() -> None:
     with pytest.raises(ValueError, match=r"KernelClassifier: argument 'rho'"):
         KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3, rho=-1.0)
+
+
+@pytest.mark.parametrize(("rows", "batch", "rho"), [(300, 100, 0.1), (900, 100, 1e-4)])
+def test_the_regressor_chooses_rho_as_the_classifier_does(
+    make_trainer: Callable[..., L.Trainer], rows: int, batch: int, rho: float
+) -> None:
+    x, y = make_regression(n_samples=rows + 100, n_features=6, random_state=0)
+    data = TensorDataModule(
+        x[:rows], y[:rows], x[rows:], y[rows:], batch_size=batch, float_targets=True
+    )
+    model = KernelRegressor(FourierLayer(6, 20, seed=0))
+    make_trainer(max_epochs=1).fit(model, data)
+    assert model.rho == rho and model.hparams["rho"] is None
+    with pytest.raises(ValueError, match=r"KernelRegressor: argument 'rho'"):
+        KernelRegressor(FourierLayer(6, 20, seed=0), rho=0.0)

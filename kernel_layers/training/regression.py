@@ -18,7 +18,7 @@ from torchmetrics import MeanSquaredError, MetricCollection, R2Score
 
 from kernel_layers._validation import check_choice, check_float_targets
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.objectives import DEFAULT_RHO, unit_norm_columns
+from kernel_layers.objectives import unit_norm_columns
 from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
@@ -73,7 +73,9 @@ class KernelRegressor(KernelModule):
         kernel_layer: a :class:`~kernel_layers.layers.base.KernelFeatureMap`.
         num_targets: number of targets ``L``.
         backbone: optional feature extractor before the kernel layer.
-        rho: ridge parameter of DI / NysDI.
+        rho: ridge parameter of DI / NysDI; ``None`` (default): chosen when a fit starts
+            by :func:`~kernel_layers.selection.rho.rho_for_epoch`, as
+            ``KernelClassifier`` chooses it; :attr:`rho` gives the value in use.
         lr: Adam learning rate of the kernel layer.
         backbone_lr: learning rate of the backbone (default ``lr``).
         head_rho: ridge penalty of the closed-form read-out; ``None`` (default): chosen
@@ -102,7 +104,7 @@ class KernelRegressor(KernelModule):
         *,
         num_targets: int = 1,
         backbone: nn.Module | None = None,
-        rho: float = DEFAULT_RHO,
+        rho: float | None = None,
         lr: float = 1e-3,
         backbone_lr: float | None = None,
         head_rho: float | None = None,
@@ -129,8 +131,8 @@ class KernelRegressor(KernelModule):
         preflight.check_scalars(
             owner,
             num_targets=num_targets,
-            positive={"rho": rho, "lr": lr},
-            optional_positive={"backbone_lr": backbone_lr, "head_rho": head_rho},
+            positive={"lr": lr},
+            optional_positive={"backbone_lr": backbone_lr, "head_rho": head_rho, "rho": rho},
             flags={"init_landmarks": init_landmarks},
             approximation_rows=approximation_rows,
         )
