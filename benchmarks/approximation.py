@@ -38,10 +38,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +71,12 @@ METHODS = (
 )
 #: The recipes' cross-validated Gaussian ``gamma`` (``kernel-layers select-gamma``).
 GAMMAS = {"mnist": 0.0134, "covtype": 0.974}
+DESCRIPTION = (
+    "Kernel approximation error against J (benchmarks/approximation.py): the relative "
+    "Frobenius and spectral errors of each map's kernel on the first test rows, and the "
+    "ridge read-out's test accuracy on its features. Records are named "
+    "<data set> J <J> <method>."
+)
 #: ``--quick``: digits, small J, one short epoch (a smoke test, not a result).
 QUICK = {"dataset": "digits", "dims": [20, 40], "epochs": 1, "rows": 200, "subset": 500}
 
@@ -141,11 +143,6 @@ def run_one(method: str, data: dict[str, Any], j: int, args: argparse.Namespace)
 
 
 # ------------------------------------------------------------------ the record file
-def load_records(path: Path) -> dict[str, Any]:
-    """The record file (an empty one when absent)."""
-    return json.loads(path.read_text()) if path.exists() else {"records": [], "tables": {}}
-
-
 def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
     """One rows table per data set: J, then the methods in :data:`METHODS` order."""
     out: dict[str, Any] = {}
@@ -165,14 +162,6 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
             ],
         }
     return out
-
-
-def save(path: Path, records: list[dict[str, Any]]) -> None:
-    """Write the records and their tables atomically."""
-    temporary = path.with_suffix(".json.tmp")
-    body = {"records": records, "tables": tables(records)}
-    temporary.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-    os.replace(temporary, path)
 
 
 def plot(records: list[dict[str, Any]], path: Path) -> None:
@@ -236,9 +225,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "approximation.json"
-    records: list[dict[str, Any]] = load_records(path)["records"]
+    records = record_fields.load_records(path)
     done = {r["name"] for r in records}
-    command = "python benchmarks/approximation.py " + " ".join(argv or sys.argv[1:])
     new: list[dict[str, Any]] = []
     for j in args.dims:
         todo = [m for m in args.methods if f"{args.dataset} J {j} {m}" not in done]
@@ -252,17 +240,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         data = {"dm": dm, "gamma": gamma, "tensors": (x_train, y_train, x_test, y_test)}
         for method in todo:
             figures = run_one(method, data, j, args)
-            record = {
-                "name": f"{args.dataset} J {j} {method}",
-                "figures": figures,
-                "command": command.strip(),
-                "commit": record_fields.commit(),
-                "machine": record_fields.machine(),
-                "date": datetime.date.today().isoformat(),
-            }
-            records.append(record)
+            name = f"{args.dataset} J {j} {method}"
+            record = record_fields.record(name, figures, "approximation.py", argv)
+            records = record_fields.store(path, record, DESCRIPTION, tables)
             new.append(record)
-            save(path, records)
             print(
                 f"{args.dataset} J={j} {method:17s} error {figures['kernel_error']:.4f} "
                 f"(spectral {figures['kernel_error_spectral']:.4f}) "

@@ -147,12 +147,12 @@ def _fit_sklearn(make: Callable[[], Any], data: Split) -> tuple[np.ndarray, floa
 
 def _kernel_regressor(
     data: Split, j: int, gamma: float, epochs: int, held_out: float
-) -> tuple[np.ndarray, float, float]:
+) -> tuple[np.ndarray, float, float | None]:
     """``KernelRegressor`` trained ``epochs`` at most (0: the untrained map); with
     ``held_out > 0`` that share of the training rows is validated on after each epoch and
     the epoch of the best ``val/r2`` is kept (Lightning's ``ModelCheckpoint``). The
     read-out is refitted on every training row at the end. Returns the test predictions,
-    the seconds and DI's ``rho`` used."""
+    the seconds and DI's ``rho`` used (``None`` for the untrained map)."""
     x_train, x_test, y_train, y_test = data
     target = StandardScaler().fit(y_train[:, None])
     y_fit = target.transform(y_train[:, None])
@@ -176,7 +176,7 @@ def _kernel_regressor(
             num_sanity_val_steps=0,
         )
         start = time.perf_counter()
-        rho = model.rho  # rho=None: chosen when the fit starts
+        rho: float | None = None
         if epochs:
             trainer.fit(model, module)
             rho = model.rho
