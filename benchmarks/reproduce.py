@@ -17,7 +17,9 @@ name                      map         what is trained
 ========================  ==========  ========================================
 
 Resumable: ``--append`` skips the ``(method, J, repeat)`` rows already in the CSV, so a
-grid cut short continues with the same command.
+grid cut short continues with the same command. ``--replace`` (with ``--append``) runs the
+grid's rows again: those already in the CSV are dropped from it when the run starts and
+written anew as each finishes (a run cut short continues with ``--append`` alone).
 
 Protocol (the DI paper's; benchmarks/README.md): features min-max scaled on train;
 Gaussian kernel with ``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)``
@@ -743,6 +745,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", default=None, help="file stem (default: the dataset name)")
     p.add_argument("--append", action="store_true", help="append to an existing CSV")
     p.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --append: run the grid's rows again, replacing those in the CSV",
+    )
+    p.add_argument(
         "--merge",
         nargs="+",
         default=None,
@@ -781,6 +788,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     previous = read_csv(csv_path) if args.append and csv_path.exists() else []
     # Resumable: with --append, rows already in the CSV are not run again (a grid cut
     # short continues with the same command).
+    if args.replace and not args.append:
+        parser.error("--replace needs --append (it replaces rows of an existing CSV)")
+    repeats = range(args.first_repeat, args.first_repeat + args.repeats)
+    grid = {(m, j, r) for m in methods for j in args.dims for r in repeats}
+    if args.replace:  # the grid's rows are run again: drop them from the CSV now
+        previous = [r for r in previous if (r["method"], int(r["J"]), int(r["repeat"])) not in grid]
+        write_csv(csv_path, previous)
     done = {(r["method"], int(r["J"]), int(r["repeat"])) for r in previous}
     rows: list[dict[str, Any]] = []
     if previous and list(previous[0]) != FIELDS:  # an older layout: rewrite it first
@@ -798,7 +812,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 print(f"# skip J={j}: needs more than {len(x_train)} training rows")
                 continue
             gamma = args.gamma if args.gamma is not None else gamma_heuristic(x_train)
-            for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
+            for repeat in repeats:
                 for method in methods:
                     if (method, j, repeat) in done:
                         continue

@@ -188,3 +188,35 @@ def test_svm_c_chosen_by_cross_validation(tmp_path: Path) -> None:
     written = reproduce.read_csv(tmp_path / "digits.csv")
     assert list(written[0]) == reproduce.FIELDS and len(written) == len(old) + 1
     assert written[-1]["svm_c"] == str(rows[0]["svm_c"]) and written[0]["svm_c"] == ""
+
+
+def test_replace_runs_the_grid_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--append --replace runs the grid's rows again and replaces them in the CSV; rows
+    outside the grid stay as they were; --replace alone is refused."""
+    common = ["--dataset", "digits", "--quick", "--dims", "16", "--out", str(tmp_path)]
+    reproduce.main([*common, "--methods", "standard-nystrom", "incumbent", "--no-svm"])
+    path = tmp_path / "digits.csv"
+    stale = reproduce.read_csv(path)
+    for row in stale:
+        row["test_acc"] = "-1"  # a figure the re-run must replace
+    reproduce.write_csv(path, stale)
+    again = reproduce.main(
+        [
+            *common,
+            "--methods",
+            "standard-nystrom",
+            "--append",
+            "--replace",
+            "--svm-max-samples",
+            "200",
+        ]
+    )
+    assert [r["method"] for r in again] == ["standard-nystrom"]
+    written = {r["method"]: r for r in reproduce.read_csv(path)}
+    assert len(reproduce.read_csv(path)) == 2
+    assert float(written["standard-nystrom"]["test_acc"]) == again[0]["test_acc"] > 0
+    assert written["standard-nystrom"]["svm_test_acc"] != "nan"  # the SVM read-out now
+    assert written["sklearn-nystroem"]["test_acc"] == "-1"  # outside the grid: kept
+    with pytest.raises(SystemExit):
+        reproduce.main([*common, "--replace"])
+    assert "--replace needs --append" in capsys.readouterr().err
