@@ -18,8 +18,8 @@ name                      map         what is trained
 
 Resumable: ``--append`` skips the ``(method, J, repeat)`` rows already in the CSV, so a
 grid cut short continues with the same command. ``--replace`` (with ``--append``) runs the
-grid's rows again: those already in the CSV are dropped from it when the run starts and
-written anew as each finishes (a run cut short continues with ``--append`` alone).
+grid's rows again, each new row taking the place of its old one as it finishes (a run
+cut short keeps the old rows it had not reached).
 
 Protocol (the DI paper's; benchmarks/README.md): features min-max scaled on train;
 Gaussian kernel with ``gamma = kernel_layers.selection.gamma.gamma_heuristic(train)``
@@ -635,11 +635,19 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Write ``rows`` (dicts with the :data:`FIELDS` keys) to ``path`` with a header."""
-    with open(path, "w", newline="") as fh:
+    """Write ``rows`` (dicts with the :data:`FIELDS` keys; a missing one left empty) to
+    ``path`` with a header, atomically: a run stopped mid-write leaves the old file."""
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
+    partial.replace(path)
+
+
+def _row_key(row: dict[str, Any]) -> tuple[str, int, int]:
+    """``(method, J, repeat)``: what a CSV row stands for."""
+    return row["method"], int(row["J"]), int(row["repeat"])
 
 
 def _repeats(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], int]:
@@ -785,55 +793,47 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(markdown_table(rows), results_table(rows), sep="\n\n")
         return rows
     methods = expand_methods(args.methods)
-    previous = read_csv(csv_path) if args.append and csv_path.exists() else []
-    # Resumable: with --append, rows already in the CSV are not run again (a grid cut
-    # short continues with the same command).
     if args.replace and not args.append:
         parser.error("--replace needs --append (it replaces rows of an existing CSV)")
-    repeats = range(args.first_repeat, args.first_repeat + args.repeats)
-    grid = {(m, j, r) for m in methods for j in args.dims for r in repeats}
-    if args.replace:  # the grid's rows are run again: drop them from the CSV now
-        previous = [r for r in previous if (r["method"], int(r["J"]), int(r["repeat"])) not in grid]
-        write_csv(csv_path, previous)
-    done = {(r["method"], int(r["J"]), int(r["repeat"])) for r in previous}
+    # The CSV's rows as they stand, rewritten whole after each new row: with --append a
+    # grid cut short continues with the same command (rows already there are not run
+    # again); with --replace too they are, each new row taking its old one's place.
+    table = read_csv(csv_path) if args.append and csv_path.exists() else []
+    done = set() if args.replace else {_row_key(r) for r in table}
+    write_csv(csv_path, table)  # the header, or an older layout in the current one
     rows: list[dict[str, Any]] = []
-    if previous and list(previous[0]) != FIELDS:  # an older layout: rewrite it first
-        write_csv(csv_path, previous)
-    with open(csv_path, "a" if previous else "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
-        if not previous:
-            writer.writeheader()
-        for j in args.dims:
-            dm = make_datamodule(args.dataset, j, root=args.root)
-            dm.setup("fit")
-            x_train, y_train = dm.train_dataset.tensors
-            x_test, y_test = dm.test_dataset.tensors
-            if j >= len(x_train):
-                print(f"# skip J={j}: needs more than {len(x_train)} training rows")
-                continue
-            gamma = args.gamma if args.gamma is not None else gamma_heuristic(x_train)
-            for repeat in repeats:
-                for method in methods:
-                    if (method, j, repeat) in done:
-                        continue
-                    row = run_one(
-                        method, dm, x_train, y_train, x_test, y_test, j, repeat, args, gamma
-                    )
-                    writer.writerow(row)
-                    fh.flush()
-                    rows.append(row)
-                    print(
-                        f"{args.dataset} J={j} r={repeat} {method:17s} "
-                        f"ridge {100 * row['test_acc']:6.2f}% "
-                        f"svm {100 * row['svm_test_acc']:6.2f}% "
-                        f"mse {row['train_mse']:.3f}/{row['test_mse']:.3f} "
-                        f"ep {row['epochs']} ({row['stop_reason']}) {row['seconds']:.1f}s "
-                        f"+{row['eval_seconds']:.1f}s",
-                        flush=True,
-                    )
-    all_rows = previous + rows
-    plot(all_rows, out, stem)
-    print(markdown_table(all_rows), results_table(all_rows), sep="\n\n")
+    for j in args.dims:
+        dm = make_datamodule(args.dataset, j, root=args.root)
+        dm.setup("fit")
+        x_train, y_train = dm.train_dataset.tensors
+        x_test, y_test = dm.test_dataset.tensors
+        if j >= len(x_train):
+            print(f"# skip J={j}: needs more than {len(x_train)} training rows")
+            continue
+        gamma = args.gamma if args.gamma is not None else gamma_heuristic(x_train)
+        for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
+            for method in methods:
+                if (method, j, repeat) in done:
+                    continue
+                row = run_one(method, dm, x_train, y_train, x_test, y_test, j, repeat, args, gamma)
+                old = [i for i, r in enumerate(table) if _row_key(r) == _row_key(row)]
+                if old:
+                    table[old[0]] = row
+                else:
+                    table.append(row)
+                write_csv(csv_path, table)
+                rows.append(row)
+                print(
+                    f"{args.dataset} J={j} r={repeat} {method:17s} "
+                    f"ridge {100 * row['test_acc']:6.2f}% "
+                    f"svm {100 * row['svm_test_acc']:6.2f}% "
+                    f"mse {row['train_mse']:.3f}/{row['test_mse']:.3f} "
+                    f"ep {row['epochs']} ({row['stop_reason']}) {row['seconds']:.1f}s "
+                    f"+{row['eval_seconds']:.1f}s",
+                    flush=True,
+                )
+    plot(table, out, stem)
+    print(markdown_table(table), results_table(table), sep="\n\n")
     return rows
 
 

@@ -212,8 +212,10 @@ def test_replace_runs_the_grid_again(tmp_path: Path, capsys: pytest.CaptureFixtu
         ]
     )
     assert [r["method"] for r in again] == ["standard-nystrom"]
+    # each new row takes its old one's place; no file is left beside the CSV
+    assert [r["method"] for r in reproduce.read_csv(path)] == [r["method"] for r in stale]
+    assert not list(tmp_path.glob("*.partial"))
     written = {r["method"]: r for r in reproduce.read_csv(path)}
-    assert len(reproduce.read_csv(path)) == 2
     assert float(written["standard-nystrom"]["test_acc"]) == again[0]["test_acc"] > 0
     assert written["standard-nystrom"]["svm_test_acc"] != "nan"  # the SVM read-out now
     assert written["sklearn-nystroem"]["test_acc"] == "-1"  # outside the grid: kept
