@@ -33,6 +33,11 @@ would not either, on 20,000), it is trained on a stratified subsample of the tra
 and tested on all test rows. Every method runs with one thread (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``), so that times compare.
 
+``--seeds 1 2`` runs the Lightning methods again with other seeds (their landmarks,
+batches and validation rows; the split stays the same): records
+``<data set>/<method>@seed<k>``, the table of ``di_trained`` over seeds and the goal on
+its mean (``suite_goals.py``).
+
 Each result is appended to ``benchmarks/results/suite.json`` as it finishes; a (data set,
 method) already there is skipped unless ``--force``. Render with
 ``python benchmarks/report.py --write``.
@@ -41,6 +46,7 @@ Usage::
 
     python benchmarks/suite.py --datasets sonar ionosphere       # resumable
     python benchmarks/suite.py --methods diclassifier --force    # re-run one method
+    python benchmarks/suite.py --methods di_trained --seeds 1 2  # other seeds
 """
 
 from __future__ import annotations
@@ -92,6 +98,8 @@ HEADERS = {
     "svc_cv": "CV-tuned SVC",
     "nystroem_linearsvc": "`Nystroem` + `LinearSVC`",
 }
+#: The seeds of the table of DI-trained runs over seeds (``--seeds``; 0 is the main run).
+SEEDS = (0, 1, 2)
 #: Epoch cap of the Lightning run (the stopping rule usually ends it earlier).
 MAX_EPOCHS = 100
 #: data set -> (training rows, test rows) of stratified subsamples of its split, for
@@ -140,9 +148,10 @@ def subsample(x: np.ndarray, y: np.ndarray, rows: int) -> tuple[np.ndarray, np.n
 
 
 def _lightning(
-    data: Split, width: int, gamma: float, options: dict[str, Any]
+    data: Split, width: int, gamma: float, options: dict[str, Any], seed: int = 0
 ) -> tuple[float, dict[str, Any]]:
-    """Fit the DI-trained ``KernelClassifier``; ``(test accuracy, extra figures)``."""
+    """Fit the DI-trained ``KernelClassifier`` (landmarks, batches and validation rows
+    drawn from ``seed``); ``(test accuracy, extra figures)``."""
     import lightning.pytorch as pl
 
     from kernel_layers import KernelClassifier, NystromLayer
@@ -154,9 +163,9 @@ def _lightning(
     val_fraction = 0.1
     rows = len(y_train) - round(val_fraction * len(y_train))
     batch = min(max(1000, 2 * width), rows)
-    pl.seed_everything(0, verbose=False)
+    pl.seed_everything(seed, verbose=False)
     module = TensorDataModule(
-        x_train, y_train, x_test, y_test, num_classes=classes, batch_size=batch, seed=0
+        x_train, y_train, x_test, y_test, num_classes=classes, batch_size=batch, seed=seed
     )
     layer = NystromLayer(in_features=x_train.shape[1], out_features=width, gamma=gamma)
     model = KernelClassifier(layer, num_classes=classes, objective="di", lr=1e-2, **options)
@@ -212,8 +221,9 @@ def _estimator(method: str, width: int, gamma: float) -> Any:
     raise ValueError(f"suite: unknown method {method!r}, expected one of {METHODS}")
 
 
-def run_method(dataset: str, method: str, data: Split) -> dict[str, Any]:
-    """The figures of one (data set, method)."""
+def run_method(dataset: str, method: str, data: Split, seed: int = 0) -> dict[str, Any]:
+    """The figures of one (data set, method); ``seed`` draws a Lightning run's landmarks,
+    batches and validation rows (the split stays the same)."""
     from kernel_layers.selection.gamma import gamma_heuristic
     from kernel_layers.sklearn.features import default_components
 
@@ -225,7 +235,7 @@ def run_method(dataset: str, method: str, data: Split) -> dict[str, Any]:
     x_fit, y_fit = subsample(x_train, y_train, rows)
     if method in LIGHTNING:
         data = (x_fit, x_test, y_fit, y_test)
-        acc, extra = _lightning(data, width, gamma, LIGHTNING[method])
+        acc, extra = _lightning(data, width, gamma, LIGHTNING[method], seed)
         figures.update(extra, acc=acc, train_rows=len(y_fit))
         return figures
     estimator = _estimator(method, width, gamma)
@@ -245,11 +255,25 @@ def run_method(dataset: str, method: str, data: Split) -> dict[str, Any]:
     return figures
 
 
-def tables(order: list[str]) -> dict[str, Any]:
-    """The "tables" spec of the record file: accuracy, times, goals."""
+def tables(order: list[str], seeded: list[str] | None = None) -> dict[str, Any]:
+    """The "tables" spec of the record file: accuracy, times, goals, and the DI-trained
+    runs of every seed on the data sets ``seeded``."""
     columns = [[HEADERS[m], m] for m in METHODS]
     baseline = ["untrained, Lightning run", "di_trained", "{untrained_acc:.2f}"]
+    runs = [(0, "di_trained")] + [(k, f"di_trained@seed{k}") for k in SEEDS[1:]]
+    seed_columns = [
+        [f"seed {k}: {label}", name, template]
+        for k, name in runs
+        for label, template in (("untrained", "{untrained_acc:.2f}"), ("DI", "{acc:.2f}"))
+    ]
     return {
+        "suite_seeds": {
+            "kind": "matrix",
+            "row_header": "data set",
+            "rows": seeded or [],
+            "columns": seed_columns,
+            "cell": "{acc:.2f}",
+        },
         "suite_accuracy": {
             "kind": "matrix",
             "row_header": "data set",
@@ -270,7 +294,11 @@ def tables(order: list[str]) -> dict[str, Any]:
 
 def _tables(stored: list[dict[str, Any]]) -> dict[str, Any]:
     present = {r["name"].split("/")[0] for r in stored}
-    return tables([name for name in suite_data.LOADERS if name in present])
+    seeded = {r["name"].split("/")[0] for r in stored if "/di_trained@seed" in r["name"]}
+    return tables(
+        [name for name in suite_data.LOADERS if name in present],
+        [name for name in suite_data.LOADERS if name in seeded],
+    )
 
 
 def store(record: dict[str, Any], path: Path = RECORDS) -> None:
@@ -283,25 +311,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datasets", nargs="+", choices=list(suite_data.LOADERS))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--force", action="store_true", help="re-run stored results")
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=[0],
+        help="seeds of the Lightning runs; other than 0 they are records <data set>/"
+        "<method>@seed<k> (the other methods run for seed 0 only)",
+    )
     parser.add_argument("--output", type=Path, default=RECORDS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     for dataset in args.datasets or list(suite_data.LOADERS):
         done = {r["name"] for r in records.load_records(args.output)}
-        todo = [m for m in args.methods if args.force or f"{dataset}/{m}" not in done]
+        runs = [
+            (method, seed, f"{dataset}/{method}" + (f"@seed{seed}" if seed else ""))
+            for seed in args.seeds
+            for method in args.methods
+            if seed == 0 or method in LIGHTNING
+        ]
+        todo = [run for run in runs if args.force or run[2] not in done]
         if not todo:
             continue
         load: Callable[..., tuple[np.ndarray, np.ndarray]] = suite_data.LOADERS[dataset]
         data = split(*load(), ROWS.get(dataset))
-        for method in todo:
-            figures = run_method(dataset, method, data)
+        for method, seed, name in todo:
+            figures = run_method(dataset, method, data, seed)
             figures["test_rows"] = len(data[3])
-            store(records.record(f"{dataset}/{method}", figures, "suite.py", argv), args.output)
-            print(
-                f"{dataset}/{method}: {figures['acc']:.2f} % in {figures['fit_s']:.2f} s",
-                flush=True,
-            )
+            store(records.record(name, figures, "suite.py", argv), args.output)
+            print(f"{name}: {figures['acc']:.2f} % in {figures['fit_s']:.2f} s", flush=True)
 
 
 if __name__ == "__main__":

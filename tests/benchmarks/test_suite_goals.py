@@ -43,15 +43,39 @@ def _records() -> list[dict[str, Any]]:
 
 def test_the_goals_computed_from_records() -> None:
     goals = suite_goals.goals(_records())
-    assert [g["held"] for g in goals] == [False, True, False, False]
+    assert [g["held"] for g in goals] == [False, None, True, False, False]
     # 1: b's DI-trained is compared with its own run's untrained figure, 72
     assert goals[0]["detail"] == "1/2; below: b (70.00 < 72.00)"
     # 2: a, c, d win: 3 of 4
-    assert goals[1]["detail"] == "3/4"
+    assert goals[2]["detail"] == "3/4"
     # 3: (90 - 91 + 80 - 83 + 95 - 95.5) / 3 = -1.5
-    assert goals[2]["detail"] == "mean difference -1.50 points over 3 data sets"
+    assert goals[3]["detail"] == "mean difference -1.50 points over 3 data sets"
     # 4: only b and c have SVC over 1 s; b is 15x
-    assert goals[3]["detail"] == "1/2 data sets; over: b (15.0x)"
+    assert goals[4]["detail"] == "1/2 data sets; over: b (15.0x)"
+
+
+def test_the_seed_goal_compares_means_over_the_seeds() -> None:
+    """b's seed 0 is below its untrained map (70 < 72), but the mean of three seeds is not
+    ((70 + 80 + 75) / 3 = 75 against (72 + 74 + 73) / 3 = 73); a has one seed only."""
+    records = [
+        *_records(),
+        _record("b/di_trained@seed1", 80.0, 3.0, untrained_acc=74.0),
+        _record("b/di_trained@seed2", 75.0, 3.0, untrained_acc=73.0),
+    ]
+    goals = suite_goals.goals(records)
+    assert goals[0]["held"] is False  # the seed-0 goal is unchanged
+    assert goals[1] == {
+        "goal": "DI-trained >= untrained map on the mean of its seeds",
+        "held": True,
+        "detail": "1/1",
+    }
+    records[-1]["figures"]["acc"] = 60.0  # mean (70 + 80 + 60) / 3 = 70 < 73
+    assert goals_detail(records) == "0/1; below: b (70.00 < 73.00, 3 seeds)"
+    assert suite_goals.matrix(records)["b"]["di_trained@seed1"]["acc"] == 80.0
+
+
+def goals_detail(records: list[dict[str, Any]]) -> str:
+    return str(suite_goals.goals(records)[1]["detail"])
 
 
 def test_the_goals_flip_when_the_records_do() -> None:
@@ -65,13 +89,13 @@ def test_the_goals_flip_when_the_records_do() -> None:
             record["figures"]["acc"] = 40.0
     goals = suite_goals.goals(records)
     # 2: a, b, c win, d loses: still 3/4; 3: (-1 + 1 - 0.5) / 3 = -0.17
-    assert [g["held"] for g in goals] == [True, True, True, True]
-    assert goals[2]["detail"] == "mean difference -0.17 points over 3 data sets"
+    assert [g["held"] for g in goals] == [True, None, True, True, True]
+    assert goals[3]["detail"] == "mean difference -0.17 points over 3 data sets"
 
 
 def test_without_the_records_a_goal_says_no_data() -> None:
     goals = suite_goals.goals([_record("a/svc", 1.0, 0.1)])
-    assert [g["held"] for g in goals] == [None, None, None, None]
+    assert [g["held"] for g in goals] == [None, None, None, None, None]
     assert "| DI-trained >= untrained map on every data set | no data |" in (
         suite_goals.goals_table([])
     )
@@ -98,6 +122,6 @@ def test_the_time_goal_compares_only_fits_on_the_same_rows() -> None:
         _record("b/diclassifier", 90.0, 30.0, train_rows=10),
         _record("b/svc", 89.0, 2.0, train_rows=10),
     ]
-    time_goal = suite_goals.goals(records)[3]
+    time_goal = suite_goals.goals(records)[4]
     assert time_goal["held"] is False
     assert time_goal["detail"] == "0/1 data sets; over: b (15.0x)"
