@@ -69,6 +69,7 @@ import suite_data
 import torch
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.preprocessing import LabelEncoder, MinMaxScaler
+from suite_goals import SEED_TAG, seed_method
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "results" / "suite.json"
@@ -260,10 +261,9 @@ def tables(order: list[str], seeded: list[str] | None = None) -> dict[str, Any]:
     runs of every seed on the data sets ``seeded``."""
     columns = [[HEADERS[m], m] for m in METHODS]
     baseline = ["untrained, Lightning run", "di_trained", "{untrained_acc:.2f}"]
-    runs = [(0, "di_trained")] + [(k, f"di_trained@seed{k}") for k in SEEDS[1:]]
     seed_columns = [
-        [f"seed {k}: {label}", name, template]
-        for k, name in runs
+        [f"seed {k}: {label}", seed_method("di_trained", k), template]
+        for k in SEEDS
         for label, template in (("untrained", "{untrained_acc:.2f}"), ("DI", "{acc:.2f}"))
     ]
     return {
@@ -294,7 +294,11 @@ def tables(order: list[str], seeded: list[str] | None = None) -> dict[str, Any]:
 
 def _tables(stored: list[dict[str, Any]]) -> dict[str, Any]:
     present = {r["name"].split("/")[0] for r in stored}
-    seeded = {r["name"].split("/")[0] for r in stored if "/di_trained@seed" in r["name"]}
+    seeded = {
+        dataset
+        for dataset, _, method in (r["name"].partition("/") for r in stored)
+        if SEED_TAG in method and method.partition(SEED_TAG)[0] == "di_trained"
+    }
     return tables(
         [name for name in suite_data.LOADERS if name in present],
         [name for name in suite_data.LOADERS if name in seeded],
@@ -326,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     for dataset in args.datasets or list(suite_data.LOADERS):
         done = {r["name"] for r in records.load_records(args.output)}
         runs = [
-            (method, seed, f"{dataset}/{method}" + (f"@seed{seed}" if seed else ""))
+            (method, seed, f"{dataset}/{seed_method(method, seed)}")
             for seed in args.seeds
             for method in args.methods
             if seed == 0 or method in LIGHTNING

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["datasets", "goals", "goals_table", "matrix"]
+__all__ = ["SEED_TAG", "datasets", "goals", "goals_table", "matrix", "seed_method"]
 
 Record = dict[str, Any]
 
@@ -46,19 +46,29 @@ def _untrained(methods: dict[str, dict[str, Any]]) -> float | None:
     return None
 
 
+#: Joins a method and a seed other than 0 in a record's name: ``di_trained@seed1``.
+SEED_TAG = "@seed"
+
+
+def seed_method(method: str, seed: int) -> str:
+    """The method part of a record's name for a run of ``seed``: ``method`` for seed 0,
+    ``method@seed<k>`` for the others (``suite.py --seeds``)."""
+    return method if seed == 0 else f"{method}{SEED_TAG}{seed}"
+
+
 def _seed_runs(methods: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The figures of the ``di_trained`` runs of every seed that hold ``untrained_acc``."""
     return [
         figures
         for method, figures in methods.items()
-        if (method == "di_trained" or method.startswith("di_trained@seed"))
+        if method.partition(SEED_TAG)[0] == "di_trained"
         and figures.get("untrained_acc") is not None
     ]
 
 
-def _seed_means(methods: dict[str, dict[str, Any]]) -> tuple[float, float, int]:
-    """Mean DI-trained and untrained accuracy over the seeds, and their number."""
-    runs = _seed_runs(methods)
+def _seed_means(runs: list[dict[str, Any]]) -> tuple[float, float, int]:
+    """Mean DI-trained and untrained accuracy over the runs of :func:`_seed_runs`, and
+    their number."""
     trained = sum(float(f["acc"]) for f in runs) / len(runs)
     untrained = sum(float(f["untrained_acc"]) for f in runs) / len(runs)
     return trained, untrained, len(runs)
@@ -84,7 +94,8 @@ def goals(records: list[Record]) -> list[dict[str, Any]]:
         }
     )
 
-    seeded = [(name, *_seed_means(m)) for name, m in table.items() if len(_seed_runs(m)) > 1]
+    runs = {name: _seed_runs(m) for name, m in table.items()}
+    seeded = [(name, *_seed_means(r)) for name, r in runs.items() if len(r) > 1]
     below = [f"{n} ({t:.2f} < {u:.2f}, {k} seeds)" for n, t, u, k in seeded if t < u]
     out.append(
         {
