@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs
     from kernel_layers.selection.heuristic import gamma_heuristic
     from kernel_layers.selection.landmarks import kmeans, kmeans_plus_plus, random_landmarks
     from kernel_layers.training.backbones import (
+        MLP,
         ResNet18Backbone,
         SmallCNN,
         strip_head,
@@ -57,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "KernelClassifier": "kernel_layers.training.module",
     "KernelFeatureMap": "kernel_layers.layers.base",
     "KernelRegressor": "kernel_layers.training.regression",
+    "MLP": "kernel_layers.training.backbones",
     "NystromLayer": "kernel_layers.layers.nystrom",
     "ResNet18Backbone": "kernel_layers.training.backbones",
     "RidgeHead": "kernel_layers.training.heads",
@@ -79,6 +81,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "MLP",
     "DILoss",
     "EnsembleNystrom",
     "FastfoodLayer",

@@ -1,4 +1,4 @@
-"""Kernel layers inside networks: SmallCNN, ResNet-18 backbone, head replacement."""
+"""Kernel layers inside networks: MLP, SmallCNN, ResNet-18 backbone, head replacement."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
 from kernel_layers.data import TensorDataModule
 from kernel_layers.training.backbones import (
+    MLP,
     ResNet18Backbone,
     SmallCNN,
     resnet18_backbone,
@@ -29,6 +30,62 @@ def _images(n: int = 480, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         r, q = divmod(c, 2)
         x[y == c, :, 6 * r : 6 * r + 6, 6 * q : 6 * q + 6] += 0.7
     return x, y
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"batch_norm": True, "dropout": 0.25}], ids=["plain", "bn-dropout"]
+)
+def test_mlp_is_torchvisions_with_the_same_seed(options: dict[str, object]) -> None:
+    from torchvision.ops import MLP as TorchvisionMLP
+
+    torch.manual_seed(3)
+    ours = MLP(6, [16, 12], 5, **options)  # type: ignore[arg-type]
+    torch.manual_seed(3)
+    norm = nn.BatchNorm1d if options else None
+    theirs = TorchvisionMLP(6, [16, 12, 5], norm_layer=norm, dropout=options.get("dropout", 0.0))
+    assert [t.shape for t in ours.layers.state_dict().values()] == [
+        t.shape for t in theirs.state_dict().values()
+    ]
+    for a, b in zip(ours.layers.state_dict().values(), theirs.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    x = torch.randn(9, 6)
+    ours.eval(), theirs.eval()
+    assert torch.equal(ours(x), theirs(x))
+    assert ours(x).shape == (9, 5)
+    assert MLP(6, [], 5)(x).shape == (9, 5)  # no hidden layer: one Linear
+    assert ours.get_config() == {
+        "in_features": 6,
+        "hidden_features": [16, 12],
+        "out_features": 5,
+        "batch_norm": bool(options),
+        "dropout": options.get("dropout", 0.0),
+    }
+
+
+def test_mlp_errors() -> None:
+    with pytest.raises(
+        ValueError, match=r"MLP: argument 'x' must have shape \[B, 6\], got \[4, 5\]"
+    ):
+        MLP(6, [8], 3)(torch.rand(4, 5))
+    with pytest.raises(ValueError, match=r"MLP: argument 'x' must have shape \[B, 6\], got \[6\]"):
+        MLP(6, [8], 3)(torch.rand(6))
+    with pytest.raises(
+        ValueError, match=r"MLP: argument 'hidden_features\[1\]' must be an integer >= 1, got 0"
+    ):
+        MLP(6, [8, 0], 3)
+    with pytest.raises(
+        TypeError,
+        match="MLP: argument 'hidden_features' must be a sequence of integers >= 1, got 8",
+    ):
+        MLP(6, 8, 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="MLP: argument 'hidden_features' must be a sequence"):
+        MLP(6, "88", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="MLP: argument 'out_features' must be an integer >= 1"):
+        MLP(6, [8], 0)
+    with pytest.raises(ValueError, match=r"MLP: argument 'dropout' must be in \[0, 1\), got 1.0"):
+        MLP(6, [8], 3, dropout=1.0)
+    with pytest.raises(TypeError, match="MLP: argument 'batch_norm' must be a bool, got 1"):
+        MLP(6, [8], 3, batch_norm=1)  # type: ignore[arg-type]
 
 
 def test_small_cnn_shapes_and_errors() -> None:

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from kernel_layers import (
+    MLP,
     DILoss,
     EnsembleNystrom,
     FastfoodLayer,
@@ -208,6 +209,17 @@ ENTRIES: list[Entry] = [
         RidgeHead,
         {"in_features": 4, "num_outputs": 3},
         {"in_features": ["int>=1"], "num_outputs": ["int>=1"], "rho": ["positive"]},
+    ),
+    Entry(
+        "MLP",
+        MLP,
+        {"in_features": 4, "hidden_features": [8], "out_features": 3},
+        {
+            "in_features": ["int>=1"],
+            "out_features": ["int>=1"],
+            "dropout": ["fraction[0,1)"],
+            "batch_norm": ["bool"],
+        },
     ),
     Entry(
         "SmallCNN",

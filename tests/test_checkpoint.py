@@ -13,7 +13,7 @@ from torch import nn
 
 from kernel_layers import EnsembleNystrom, FourierLayer, KernelClassifier, NystromLayer
 from kernel_layers.data import TensorDataModule
-from kernel_layers.training.backbones import SmallCNN
+from kernel_layers.training.backbones import MLP, SmallCNN
 
 N, D, CLASSES = 240, 8, 3
 
@@ -135,6 +135,26 @@ def test_backbone_given_by_its_settings_is_rebuilt(tmp_path: Path, options: dict
     _fit_and_save(model, path, dm)
     loaded = KernelClassifier.load_from_checkpoint(path)
     assert isinstance(loaded.backbone, SmallCNN) and loaded.backbone.width == 4
+    assert loaded.backbone.get_config() == backbone.get_config()
+    dm.setup()
+    x = dm.test_dataset.tensors[0]
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
+
+
+def test_mlp_backbone_is_rebuilt(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    backbone = MLP(D, [16], 6, batch_norm=True)
+    model = KernelClassifier(
+        FourierLayer(6, 12, gamma=0.5, seed=0),
+        backbone=backbone,
+        num_classes=CLASSES,
+        objective="ce",
+    )
+    dm = _data()
+    path = tmp_path / "mlp.ckpt"
+    _fit_and_save(model, path, dm)
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert isinstance(loaded.backbone, MLP)
     assert loaded.backbone.get_config() == backbone.get_config()
     dm.setup()
     x = dm.test_dataset.tensors[0]

@@ -1,4 +1,5 @@
-"""Backbones for kernel layers: a small CNN, a 28x28 ResNet-18, and head replacement.
+"""Backbones for kernel layers: an MLP for tabular rows, a small CNN, a 28x28 ResNet-18,
+and head replacement.
 
 A kernel layer sits where a network's linear classifier was: :func:`strip_head` removes
 the classifier head of an existing model (torchvision ResNet's ``fc``, VGG / MobileNet's
@@ -11,6 +12,7 @@ optionally on its own learning rate (``backbone_lr``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -21,6 +23,7 @@ from kernel_layers.training.module import KernelClassifier
 
 __all__ = [
     "HEAD_ATTRIBUTES",
+    "MLP",
     "ResNet18Backbone",
     "SmallCNN",
     "resnet18_backbone",
@@ -30,6 +33,80 @@ __all__ = [
 
 #: Attribute names searched, in order, for a model's classifier head.
 HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads")
+
+
+class MLP(nn.Module):
+    """Fully connected layers for tabular rows: torchvision's ``MLP``, described by its
+    settings so that a checkpoint rebuilds it.
+
+    For each width ``H`` of ``hidden_features``: ``Linear(., H) -> BatchNorm1d(H)`` (with
+    ``batch_norm``) ``-> ReLU -> Dropout(dropout)``; then ``Linear(., out_features) ->
+    Dropout(dropout)``, with no activation: the kernel layer after it is the nonlinearity.
+    The layers are :class:`torchvision.ops.MLP`'s (``layers``), built in its order, so
+    that a seed gives the same weights.
+
+    Args:
+        in_features: input width ``D_in`` (a row's features).
+        hidden_features: widths of the hidden layers, in order (empty: one ``Linear``).
+        out_features: feature width ``D`` (the kernel layer's ``in_features``).
+        batch_norm: batch normalisation after each hidden ``Linear``.
+        dropout: drop probability in ``[0, 1)`` after each layer (``0``: none).
+
+    Shape:
+        x (Tensor[B, in_features]) -> Tensor[B, out_features].
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: Sequence[int],
+        out_features: int,
+        *,
+        batch_norm: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        from torchvision.ops import MLP as TorchvisionMLP
+
+        owner = type(self).__name__
+        self.in_features = check_int(owner, "in_features", in_features)
+        if isinstance(hidden_features, str | bytes) or not isinstance(hidden_features, Sequence):
+            raise TypeError(
+                f"{owner}: argument 'hidden_features' must be a sequence of integers >= 1, "
+                f"got {hidden_features!r}"
+            )
+        self.hidden_features = [
+            check_int(owner, f"hidden_features[{i}]", width)
+            for i, width in enumerate(hidden_features)
+        ]
+        self.out_features = check_int(owner, "out_features", out_features)
+        self.batch_norm = check_bool(owner, "batch_norm", batch_norm)
+        self.dropout = check_fraction(owner, "dropout", dropout, include_zero=True)
+        self.layers = TorchvisionMLP(
+            self.in_features,
+            [*self.hidden_features, self.out_features],
+            norm_layer=nn.BatchNorm1d if batch_norm else None,
+            dropout=self.dropout,
+        )
+
+    def get_config(self) -> dict[str, object]:
+        """Constructor settings (the weights come from the state dict)."""
+        return {
+            "in_features": self.in_features,
+            "hidden_features": list(self.hidden_features),
+            "out_features": self.out_features,
+            "batch_norm": self.batch_norm,
+            "dropout": self.dropout,
+        }
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Features ``x (Tensor[B, in_features]) -> Tensor[B, out_features]``."""
+        if x.ndim != 2 or x.shape[1] != self.in_features:
+            raise ValueError(
+                f"{type(self).__name__}: argument 'x' must have shape "
+                f"[B, {self.in_features}], got {list(x.shape)}"
+            )
+        return self.layers(x)
 
 
 class SmallCNN(nn.Module):
