@@ -243,16 +243,12 @@ def test_checkpoint_cannot_import_arbitrary_classes(tmp_path: Path) -> None:
         KernelClassifier.load_from_checkpoint(path)
 
 
-def test_backbone_from_a_cli_config_is_rebuilt_from_that_config(tmp_path: Path) -> None:
-    """LightningCLI builds modules from class_path / init_args; the checkpoint keeps them,
-    so a backbone without get_config() (here torch.nn.Linear) is rebuilt too."""
-    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters_context
-
-    backbone = {
-        "class_path": "torch.nn.Linear",
-        "init_args": {"in_features": D, "out_features": 16},
-    }
+def _built_by_cli(backbone_spec: dict[str, Any], backbone: nn.Module) -> KernelClassifier:
+    """A Nystrom classifier on ``backbone`` (16 features), built as LightningCLI builds a
+    model from a configuration whose backbone is ``backbone_spec``."""
     import inspect
+
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters_context
 
     defaults = {  # the CLI's configuration holds every argument, defaults included
         name: p.default
@@ -265,17 +261,28 @@ def test_backbone_from_a_cli_config_is_rebuilt_from_that_config(tmp_path: Path) 
             "class_path": "kernel_layers.NystromLayer",
             "init_args": {"in_features": 16, "out_features": 12, "gamma": 0.5},
         },
-        "backbone": backbone,
+        "backbone": backbone_spec,
         "num_classes": CLASSES,
     }
-    torch.manual_seed(0)
     with _given_hyperparameters_context(
         hparams=dict(config), instantiator="lightning.pytorch.cli.instantiate_module"
-    ):  # as LightningCLI instantiates the model
+    ):
         model = KernelClassifier(
-            NystromLayer(16, 12, gamma=0.5), backbone=nn.Linear(D, 16), num_classes=CLASSES
+            NystromLayer(16, 12, gamma=0.5), backbone=backbone, num_classes=CLASSES
         )
-    assert model.hparams["backbone"] == backbone
+    assert model.hparams["backbone"] == backbone_spec
+    return model
+
+
+def test_backbone_from_a_cli_config_is_rebuilt_from_that_config(tmp_path: Path) -> None:
+    """LightningCLI builds modules from class_path / init_args; the checkpoint keeps them,
+    so a backbone without get_config() (here torch.nn.Linear) is rebuilt too."""
+    backbone = {
+        "class_path": "torch.nn.Linear",
+        "init_args": {"in_features": D, "out_features": 16},
+    }
+    torch.manual_seed(0)
+    model = _built_by_cli(backbone, nn.Linear(D, 16))
     dm = _data()
     path = tmp_path / "cli.ckpt"
     _fit_and_save(model, path, dm)
@@ -284,6 +291,47 @@ def test_backbone_from_a_cli_config_is_rebuilt_from_that_config(tmp_path: Path) 
     dm.setup()
     x = dm.test_dataset.tensors[0]
     assert torch.equal(_scores(loaded, x), _scores(model, x))
+
+
+def test_cli_backbone_with_module_classes_as_settings_is_rebuilt(tmp_path: Path) -> None:
+    """torchvision's MLP takes its norm and activation as classes; the CLI records each as
+    ``{"class_path"}``, which the checkpoint's rebuild resolves under the same rules."""
+    from torchvision.ops import MLP as TorchvisionMLP
+
+    backbone = {
+        "class_path": "torchvision.ops.MLP",
+        "init_args": {
+            "in_channels": D,
+            "hidden_channels": [24, 16],
+            "norm_layer": {"class_path": "torch.nn.BatchNorm1d"},
+            "activation_layer": {"class_path": "torch.nn.GELU"},
+        },
+    }
+    torch.manual_seed(0)
+    net = TorchvisionMLP(D, [24, 16], norm_layer=nn.BatchNorm1d, activation_layer=nn.GELU)
+    model = _built_by_cli(backbone, net)
+    dm = _data()
+    path = tmp_path / "mlp.ckpt"
+    _fit_and_save(model, path, dm)
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert isinstance(loaded.backbone, TorchvisionMLP)
+    assert isinstance(loaded.backbone[1], nn.BatchNorm1d) and isinstance(
+        loaded.backbone[2], nn.GELU
+    )
+    dm.setup()
+    x = dm.test_dataset.tensors[0]
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
+    checkpoint = torch.load(path, weights_only=True)
+    init_args = checkpoint["hyper_parameters"]["backbone"]["init_args"]
+    init_args["activation_layer"] = {"class_path": "evil_module_xyz.Payload"}
+    torch.save(checkpoint, path)
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'backbone.activation_layer' must name an nn.Module class from "
+        r"kernel_layers, torch.nn or torchvision.models, or one already imported, got "
+        r"class_path 'evil_module_xyz.Payload'",
+    ):
+        KernelClassifier.load_from_checkpoint(path)
 
 
 def test_unfitted_ridge_readout_refuses_to_score() -> None:

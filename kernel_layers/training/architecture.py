@@ -150,6 +150,18 @@ def _resolve(owner: str, name: str, class_path: str) -> type[nn.Module]:
     return cls
 
 
+def _argument(owner: str, name: str, value: object) -> object:
+    """A setting as the module's constructor takes it: LightningCLI records a module
+    class given as a setting (``activation_layer: torch.nn.ReLU``) as ``{"class_path"}``
+    and a module as ``{"class_path", "init_args"}``; both are built under the rules of
+    :func:`build_module` (an ``nn.Module`` class from a trusted or imported module)."""
+    if not is_spec(value):
+        return value
+    if "init_args" not in value:
+        return _resolve(owner, name, value["class_path"])
+    return build_module(owner, name, value)
+
+
 def build_module(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
     """Rebuild a module from :func:`describe_module`'s spec.
 
@@ -174,7 +186,8 @@ def build_module(owner: str, name: str, spec: Mapping[str, Any]) -> nn.Module:
         raise ValueError(
             f"{owner}: argument '{name}' must have a dict 'init_args', got {init_args!r}"
         )
-    module = _resolve(owner, name, class_path)(**init_args)
+    args = {key: _argument(owner, f"{name}.{key}", value) for key, value in init_args.items()}
+    module = _resolve(owner, name, class_path)(**args)
     if isinstance(dtype, str):
         module = module.to(getattr(torch, dtype))
     return module
