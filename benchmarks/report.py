@@ -20,7 +20,8 @@ A record file holds ``records`` (a list) and ``tables`` (NAME -> how to render i
   cell whose figures are missing renders as ``-``;
 * a *section5* table renders ``reproduce.py``'s CSV named by ``source`` (``method x J``,
   mean ± std over the seeds of the figure ``key``); each record's ``figures`` then names
-  the ``methods`` and ``dims`` of the CSV rows it stands for;
+  the ``methods`` and ``dims`` (and, when it stands for some seeds only, the ``repeats``)
+  of the CSV rows it stands for;
 * a *schedule* table renders a ``time_to_accuracy.py`` CSV (``source``) the same way;
 * a *matrix* table has one row per entry of ``rows`` and one column per ``[header,
   key]`` (or ``[header, key, template]``) of ``columns``; its cell is the template (else

@@ -650,11 +650,13 @@ def _row_key(row: dict[str, Any]) -> tuple[str, int, int]:
     return row["method"], int(row["J"]), int(row["repeat"])
 
 
-def _repeats(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], int]:
-    """``(method, J) -> number of rows`` (repeats)."""
+def _repeats(rows: Sequence[dict[str, Any]], key: str | None = None) -> dict[tuple[str, int], int]:
+    """``(method, J) -> number of rows`` (repeats); with ``key``, of the rows where that
+    figure was measured (not NaN)."""
     count: dict[tuple[str, int], int] = defaultdict(int)
     for row in rows:
-        count[(row["method"], int(row["J"]))] += 1
+        if key is None or not math.isnan(float(row[key])):
+            count[(row["method"], int(row["J"]))] += 1
     return count
 
 
@@ -672,10 +674,11 @@ def format_mean_std(
 def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str:
     """``method x J`` table of ``key`` in percent, ``mean ± std`` over repeats.
 
-    No ``± std`` for a single repeat; an empty cell where a method was not run at a ``J``.
+    No ``± std`` where one repeat measured ``key``; an empty cell where a method was not
+    run at a ``J``.
     """
     summary = _summary(rows, key)
-    count = _repeats(rows)
+    count = _repeats(rows, key)
     js = sorted({j for _, j in summary})
     methods = [m for m in METHODS if any(m == k[0] for k in summary)]
     lines = ["| method | " + " | ".join(f"J={j}" for j in js) + " |", "|---" * (len(js) + 1) + "|"]
@@ -693,8 +696,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], key: str = "test_acc") -> str
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
     """One line per ``(method, J)``: accuracies ``mean ± std`` (%), MSEs, epochs, seconds.
 
-    The long table of ``benchmarks/README.md``; means over repeats (no ``± std`` for a
-    single repeat), ``-`` where a read-out was skipped.
+    The long table of ``benchmarks/README.md``; means over repeats (no ``± std`` where one
+    repeat measured the figure), ``-`` where a read-out was skipped.
     """
     acc = {k: _summary(rows, k) for k in ("test_acc", "svm_test_acc")}
     mean = {k: _summary(rows, k) for k in ("train_mse", "test_mse", "epochs", "seconds")}
@@ -707,7 +710,8 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     for key in keys:
         cells = []
         for name in ("test_acc", "svm_test_acc"):
-            cells.append(format_mean_std(*acc[name].get(key, (math.nan, math.nan)), count[key]))
+            measured = _repeats(rows, name)[key]
+            cells.append(format_mean_std(*acc[name].get(key, (math.nan, math.nan)), measured))
         cells += [f"{mean['train_mse'][key][0]:.4f}", f"{mean['test_mse'][key][0]:.4f}"]
         cells += [f"{mean['epochs'][key][0]:.0f}", f"{mean['seconds'][key][0]:.0f}"]
         lines.append(f"| {key[0]} | {key[1]} | {count[key]} | " + " | ".join(cells) + " |")

@@ -75,9 +75,13 @@ def test_every_csv_row_of_a_section5_table_belongs_to_exactly_one_record(
         owners = [
             r["name"]
             for r in data["records"]
-            if row["method"] in r["figures"]["methods"] and int(row["J"]) in r["figures"]["dims"]
+            if row["method"] in r["figures"]["methods"]
+            and int(row["J"]) in r["figures"]["dims"]
+            and int(row["repeat"]) in r["figures"].get("repeats", [int(row["repeat"])])
         ]
-        assert len(owners) == 1, f"{source}: {row['method']} J={row['J']} owned by {owners}"
+        assert len(owners) == 1, (
+            f"{source}: {row['method']} J={row['J']} seed {row['repeat']} owned by {owners}"
+        )
 
 
 def _write_records(results: Path, figures: dict) -> None:

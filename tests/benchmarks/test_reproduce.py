@@ -117,6 +117,25 @@ def test_markdown_table_spread_only_over_several_repeats() -> None:
     assert lines[3] == f"| di-nystrom | 60.00 ± {std:.2f} | 81.25 |"
 
 
+def test_spread_only_over_the_repeats_that_measured_the_figure() -> None:
+    """Three repeats of a map, the SVM read-out on one of them: its mean alone, no ``± 0``."""
+    nan = float("nan")
+    rows = [
+        {"method": "di-nystrom", "J": 10, "test_acc": 0.5, "svm_test_acc": 0.625},
+        {"method": "di-nystrom", "J": 10, "test_acc": 0.7, "svm_test_acc": nan},
+        {"method": "di-nystrom", "J": 10, "test_acc": 0.6, "svm_test_acc": nan},
+    ]
+    assert reproduce.markdown_table(rows, key="svm_test_acc").splitlines()[2] == (
+        "| di-nystrom | 62.50 |"
+    )
+    std = 100 * statistics.stdev([0.5, 0.7, 0.6])
+    assert reproduce.markdown_table(rows).splitlines()[2] == f"| di-nystrom | 60.00 ± {std:.2f} |"
+    for row in rows:
+        row.update(train_mse=0.1, test_mse=0.2, epochs=3, seconds=1.0)
+    cells = [c.strip() for c in reproduce.results_table(rows).splitlines()[2].split("|")[1:-1]]
+    assert cells[2] == "3" and cells[3] == f"60.00 ± {std:.2f}" and cells[4] == "62.50"
+
+
 def test_incumbent_row_and_resume(tmp_path: Path) -> None:
     """The incumbent (scikit-learn Nystroem + LinearSVC) is a row like the others, with
     its fit time; a grid re-run with --append runs only the rows not yet in the CSV."""
