@@ -3,6 +3,7 @@ rebuilds the layer, backbone, objective and read-out, with bit-identical scores.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,16 @@ def test_old_checkpoint_without_the_layer_record_explains(tmp_path: Path) -> Non
     assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
 
 
+def _untrusted(name: str, class_path: str) -> str:
+    """The message (a ``match`` pattern) refusing a checkpoint's ``class_path`` for the
+    argument ``name``."""
+    return (
+        rf"argument '{re.escape(name)}' must name an nn.Module class from kernel_layers, "
+        rf"torch.nn or torchvision.models, or one already imported, got class_path "
+        rf"'{re.escape(class_path)}'"
+    )
+
+
 def test_checkpoint_cannot_import_arbitrary_classes(tmp_path: Path) -> None:
     model = KernelClassifier(NystromLayer(D, 10, gamma=0.5), num_classes=3)
     path = tmp_path / "evil.ckpt"
@@ -230,12 +241,7 @@ def test_checkpoint_cannot_import_arbitrary_classes(tmp_path: Path) -> None:
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["hyper_parameters"]["kernel_layer"]["class_path"] = "evil_module_xyz.Payload"
     torch.save(checkpoint, path)
-    with pytest.raises(
-        ValueError,
-        match=r"argument 'kernel_layer' must name an nn.Module class from kernel_layers, "
-        r"torch.nn or torchvision.models, or one already imported, got class_path "
-        r"'evil_module_xyz.Payload'",
-    ):
+    with pytest.raises(ValueError, match=_untrusted("kernel_layer", "evil_module_xyz.Payload")):
         KernelClassifier.load_from_checkpoint(path)
     checkpoint["hyper_parameters"]["kernel_layer"]["class_path"] = "torch.nn.functional.relu"
     torch.save(checkpoint, path)
@@ -326,10 +332,7 @@ def test_cli_backbone_with_module_classes_as_settings_is_rebuilt(tmp_path: Path)
     init_args["activation_layer"] = {"class_path": "evil_module_xyz.Payload"}
     torch.save(checkpoint, path)
     with pytest.raises(
-        ValueError,
-        match=r"argument 'backbone.activation_layer' must name an nn.Module class from "
-        r"kernel_layers, torch.nn or torchvision.models, or one already imported, got "
-        r"class_path 'evil_module_xyz.Payload'",
+        ValueError, match=_untrusted("backbone.activation_layer", "evil_module_xyz.Payload")
     ):
         KernelClassifier.load_from_checkpoint(path)
 
