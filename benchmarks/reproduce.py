@@ -700,6 +700,7 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     repeat measured the figure), ``-`` where a read-out was skipped.
     """
     acc = {k: _summary(rows, k) for k in ("test_acc", "svm_test_acc")}
+    measured = {k: _repeats(rows, k) for k in acc}
     mean = {k: _summary(rows, k) for k in ("train_mse", "test_mse", "epochs", "seconds")}
     count = _repeats(rows)
     keys = sorted(count, key=lambda k: (k[1], list(METHODS).index(k[0])))
@@ -710,8 +711,9 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
     for key in keys:
         cells = []
         for name in ("test_acc", "svm_test_acc"):
-            measured = _repeats(rows, name)[key]
-            cells.append(format_mean_std(*acc[name].get(key, (math.nan, math.nan)), measured))
+            cells.append(
+                format_mean_std(*acc[name].get(key, (math.nan, math.nan)), measured[name][key])
+            )
         cells += [f"{mean['train_mse'][key][0]:.4f}", f"{mean['test_mse'][key][0]:.4f}"]
         cells += [f"{mean['epochs'][key][0]:.0f}", f"{mean['seconds'][key][0]:.0f}"]
         lines.append(f"| {key[0]} | {key[1]} | {count[key]} | " + " | ".join(cells) + " |")
