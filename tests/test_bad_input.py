@@ -373,6 +373,9 @@ ALLOWED: dict[tuple[str, str, str], Callable[[Any], bool]] = {
     ("KernelClassifier", "rho", "None"): lambda model: (
         model.hparams["rho"] is None and model.rho == 1e-4
     ),  # chosen when a fit starts; the paper's until then
+    ("KernelClassifier", "head_rho", "None"): lambda model: (
+        model.hparams["head_rho"] is None and model.head.rho == model.rho
+    ),  # DI's rho
     ("nystrom_discriminant_information", "jitter", "None"): lambda di: bool(torch.isfinite(di)),
     ("TensorDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,
     ("DigitsDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,

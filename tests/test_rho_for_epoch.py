@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -75,3 +76,57 @@ def test_the_regressor_chooses_rho_as_the_classifier_does(
     assert model.rho == rho and model.hparams["rho"] is None
     with pytest.raises(ValueError, match=r"KernelRegressor: argument 'rho'"):
         KernelRegressor(FourierLayer(6, 20, seed=0), rho=0.0)
+
+
+def _ridge(features: torch.Tensor, y: torch.Tensor, classes: int, rho: float) -> torch.Tensor:
+    """Float64 reference: ``(Phi_c^T Phi_c + rho I)^-1 Phi_c^T Y_c`` on one-hot targets."""
+    phi = features.double() - features.double().mean(0)
+    onehot = torch.nn.functional.one_hot(y, classes).double()
+    gram = phi.T @ phi + rho * torch.eye(phi.shape[1], dtype=torch.float64)
+    return torch.linalg.solve(gram, phi.T @ (onehot - onehot.mean(0)))
+
+
+@pytest.mark.parametrize(("rows", "batch", "rho"), [(300, 100, 0.1), (900, 100, 1e-4)])
+def test_the_read_out_penalty_is_dis_rho(
+    make_trainer: Callable[..., L.Trainer], rows: int, batch: int, rho: float
+) -> None:
+    model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3)
+    make_trainer(max_epochs=1).fit(model, _data(rows, batch))
+    assert model.head.rho == model.rho == rho
+    x, y = torch.rand(80, 6), torch.arange(80) % 3
+    model.refit_head([(x, y)])
+    with torch.no_grad():
+        expected = _ridge(model(x), y, 3, rho)
+    torch.testing.assert_close(model.head.weight.double(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_a_given_rho_is_the_read_outs_from_the_start() -> None:
+    model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3, rho=0.25)
+    assert model.head.rho == 0.25
+
+
+@pytest.mark.parametrize(
+    ("options", "head_rho"),
+    [
+        ({"head_rho": 0.05}, 0.05),  # given: kept
+        ({"objective": "ls"}, 1e-3),  # only DI's read-out follows rho
+        ({"objective": "ls", "rho": 0.3}, 1e-3),
+    ],
+)
+def test_the_read_out_penalty_that_does_not_follow_rho(
+    make_trainer: Callable[..., L.Trainer], options: dict[str, object], head_rho: float
+) -> None:
+    model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3, **options)  # type: ignore[arg-type]
+    make_trainer(max_epochs=1).fit(model, _data(300, 100))
+    assert model.head.rho == head_rho
+
+
+def test_a_checkpoint_keeps_the_chosen_rho_and_the_read_outs(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    trainer = make_trainer(max_epochs=1)
+    model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3)
+    trainer.fit(model, _data(300, 100))
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+    loaded = KernelClassifier.load_from_checkpoint(tmp_path / "model.ckpt")
+    assert loaded.hparams["rho"] is None and loaded.rho == 0.1 and loaded.head.rho == 0.1

@@ -2,7 +2,9 @@
 
 Saving records whether the saved ridge read-out was fitted on the saved features
 (:data:`~kernel_layers.training.readout.HEAD_CURRENT_KEY`): it lags them when a
-checkpoint is written between two validations, e.g. with ``check_val_every_n_epoch``.
+checkpoint is written between two validations, e.g. with ``check_val_every_n_epoch``;
+and the ``rho`` the fit chose (:data:`CHOSEN_RHO_KEY`), so that a loaded model reports
+and refits with it.
 Before a model is rebuilt from a checkpoint alone, :func:`check_before_load` checks that
 the checkpoint records its kernel layer, that the records build exactly the tensors it
 carries, and that modules passed in their place have the recorded settings. Loading
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
 
 __all__ = [
+    "CHOSEN_RHO_KEY",
     "check_before_load",
     "missing_tensors_named",
     "on_load_checkpoint",
@@ -51,9 +54,15 @@ __all__ = [
 ]
 
 
+#: Checkpoint key of the ``rho`` a fit chose (``rho=None``: ``rho_for_epoch``).
+CHOSEN_RHO_KEY = "kernel_layers_chosen_rho"
+
+
 def on_save_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
-    """Record in ``checkpoint`` whether ``model``'s read-out is current."""
+    """Record in ``checkpoint`` whether ``model``'s read-out is current, and the ``rho``
+    its fit chose."""
     checkpoint[HEAD_CURRENT_KEY] = head_current(model)
+    checkpoint[CHOSEN_RHO_KEY] = float(model._chosen_rho)
 
 
 def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
@@ -89,6 +98,10 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     model.check_state_shapes(state)
     check_finite_state(owner, source, state)
     model.di_epoch_seen = None  # di_epoch_index is about to change
+    chosen = checkpoint.get(CHOSEN_RHO_KEY)
+    if isinstance(chosen, float) and chosen > 0:  # absent from older checkpoints
+        model._chosen_rho = chosen
+    model.sync_head_rho()
     if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
         state["head.fitted"] = torch.zeros_like(state["head.fitted"])
 

@@ -107,6 +107,8 @@ class KernelModule(LightningModule):
         self.head_tracker = ReadoutTracker()
         register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
         self._chosen_rho = DEFAULT_RHO  # rho=None: replaced when a fit starts
+        #: Whether the ridge read-out's penalty is DI's ``rho`` (set by the subclass).
+        self.head_follows_rho = False
 
     @property
     def objective(self) -> str:
@@ -250,6 +252,14 @@ class KernelModule(LightningModule):
         init_map_from_data(self)
         if self.hparams["rho"] is None:
             self._chosen_rho = rho_for_epoch(max(float(self.trainer.num_training_batches), 1.0))
+        self.sync_head_rho()
+
+    def sync_head_rho(self) -> None:
+        """Give the ridge read-out DI's ``rho`` as its penalty when it follows it
+        (``head_follows_rho``): the read-out is then the ridge fit whose error DI
+        measures (``DI = ||Y_c||^2 - MRLSE``)."""
+        if self.head_follows_rho:
+            self.head.rho = self.rho
 
     # ------------------------------------------------------------------ read-out fits
     @property

@@ -88,7 +88,12 @@ class KernelClassifier(KernelModule):
             small-data suite). :attr:`rho` gives the value in use.
         lr: Adam learning rate of the kernel layer (and read-out).
         backbone_lr: learning rate of the backbone (default ``lr``).
-        head_rho: ridge penalty of the closed-form read-out.
+        head_rho: ridge penalty of the closed-form read-out; ``None`` (default): DI's
+            ``rho`` with objective ``"di"`` (the read-out is then the ridge fit whose
+            error DI measures, ``DI = ||Y_c||^2 - MRLSE``; read out with a smaller
+            penalty, a map trained on a few batches per epoch scores below its
+            untrained self on held-out rows: benchmarks/README.md, the small-data
+            suite), ``1e-3`` with ``"ls"`` and ``"ce"``.
         init_landmarks: hand the map the training rows it asks for
             (:meth:`~kernel_layers.layers.base.KernelFeatureMap.data_rows_wanted`: a
             ``NystromLayer`` draws its landmarks from them), through the backbone, when
@@ -129,7 +134,7 @@ class KernelClassifier(KernelModule):
         rho: float | None = None,
         lr: float = 1e-3,
         backbone_lr: float | None = None,
-        head_rho: float = DEFAULT_HEAD_RHO,
+        head_rho: float | None = None,
         init_landmarks: bool = True,
         return_scores: bool = False,
         group_lasso: float = 0.0,
@@ -157,8 +162,8 @@ class KernelClassifier(KernelModule):
         preflight.check_scalars(
             owner,
             num_classes=num_classes,
-            positive={"lr": lr, "head_rho": head_rho},
-            optional_positive={"backbone_lr": backbone_lr, "rho": rho},
+            positive={"lr": lr},
+            optional_positive={"backbone_lr": backbone_lr, "rho": rho, "head_rho": head_rho},
             flags={"init_landmarks": init_landmarks, "return_scores": return_scores},
             approximation_rows=approximation_rows,
         )
@@ -168,9 +173,11 @@ class KernelClassifier(KernelModule):
             backbone,
             given,
             num_outputs=num_classes,
-            head_rho=head_rho,
+            head_rho=DEFAULT_HEAD_RHO if head_rho is None else head_rho,
             trained_readout=objective == "ce" or group_lasso > 0,
         )
+        self.head_follows_rho = head_rho is None and objective == "di"
+        self.sync_head_rho()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
 
