@@ -8,7 +8,8 @@ default, ``min(400, rows // 3)``) and ``gamma = gamma_heuristic(training rows)``
 
 * ``untrained``: ``DIClassifier(J, max_epochs=0)``, the map before training;
 * ``di_trained``: ``KernelClassifier`` with a ``NystromLayer(J, gamma)``, DI objective,
-  its default ``rho`` (``0.1`` below 8 batches per epoch, the paper's ``1e-4`` from 8 on),
+  its default ``rho`` (``0.1`` below 8 batches per epoch, the paper's ``1e-4`` from 8 on)
+  and the ridge read-out's penalty equal to it (the default ``head_rho``),
   Adam ``lr = 1e-2``, batch ``max(1000, 2 J)`` capped at the rows,
   ``PlateauDecay(patience=3)`` + ``DISaturationStopping`` on ``train/di_epoch`` (the
   quick start's recipe), at most ``MAX_EPOCHS`` epochs, through a Lightning ``Trainer``

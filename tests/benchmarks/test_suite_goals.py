@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 suite_goals = pytest.importorskip("suite_goals")
@@ -125,3 +126,21 @@ def test_the_time_goal_compares_only_fits_on_the_same_rows() -> None:
     time_goal = suite_goals.goals(records)[4]
     assert time_goal["held"] is False
     assert time_goal["detail"] == "0/1 data sets; over: b (15.0x)"
+
+
+def test_the_same_correct_test_rows_are_a_tie() -> None:
+    """A float32 accuracy and an exact ratio of the same count (95 of 171 rows) differ in
+    the last digits: a tie, not a loss; one row fewer is a loss, on one seed or on the
+    seeds' total."""
+    same = 100 * 95 / 171
+    records = [
+        _record("b/di_trained", float(np.float32(same) - 1e-5), 3.0, untrained_acc=same,
+                test_rows=171.0),
+        _record("b/di_trained@seed1", 100 * 94 / 171, 3.0, untrained_acc=100 * 94 / 171),
+    ]  # fmt: skip
+    goals = suite_goals.goals(records)
+    assert (goals[0]["held"], goals[1]["held"]) == (True, True)
+    records[0]["figures"]["acc"] = 100 * 94 / 171
+    goals = suite_goals.goals(records)
+    assert goals[0]["detail"] == "0/1; below: b (54.97 < 55.56)"
+    assert goals[1]["detail"] == "0/1; below: b (54.97 < 55.26, 2 seeds)"
