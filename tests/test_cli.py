@@ -580,7 +580,9 @@ def test_checkpoint_saved_from_python_is_accepted_by_the_cli(
     from kernel_layers.data import DigitsDataModule
 
     monkeypatch.chdir(tmp_path)
-    model = KernelClassifier(NystromLayer(64, 20, gamma=0.02), num_classes=10, rho=1e-4, lr=1e-2)
+    model = KernelClassifier(
+        NystromLayer(64, 20, gamma=0.02), num_classes=10, rho=1e-4, lr=1e-2, head_rho=1e-3
+    )  # the quick start's settings
     model.hparams["kernel_layer"]["class_path"] = "kernel_layers.layers.nystrom.NystromLayer"
     trainer = L.Trainer(
         max_epochs=1,
