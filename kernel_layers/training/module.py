@@ -90,10 +90,8 @@ class KernelClassifier(KernelModule):
         backbone_lr: learning rate of the backbone (default ``lr``).
         head_rho: ridge penalty of the closed-form read-out; ``None`` (default): DI's
             ``rho`` with objective ``"di"`` (the read-out is then the ridge fit whose
-            error DI measures, ``DI = ||Y_c||^2 - MRLSE``; read out with a smaller
-            penalty, a map trained on a few batches per epoch scores below its
-            untrained self on held-out rows: benchmarks/README.md, the small-data
-            suite), ``1e-3`` with ``"ls"`` and ``"ce"``.
+            error DI measures, ``DI = ||Y_c||^2 - MRLSE``: a smaller penalty would read
+            out the directions DI's ridge left out), ``1e-3`` with ``"ls"`` and ``"ce"``.
         init_landmarks: hand the map the training rows it asks for
             (:meth:`~kernel_layers.layers.base.KernelFeatureMap.data_rows_wanted`: a
             ``NystromLayer`` draws its landmarks from them), through the backbone, when
