@@ -37,6 +37,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.data import FashionMNISTDataModule
 from kernel_layers.training.backbones import SmallCNN
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO
 
 
 class LinearHeadCNN(L.LightningModule):
@@ -65,11 +66,6 @@ class LinearHeadCNN(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.lr)
-
-
-#: The ridge read-out's penalty of this benchmark's figures (KernelClassifier's
-#: default is DI's rho).
-HEAD_RHO = 1e-3
 
 
 def _trainer(epochs: int) -> L.Trainer:
@@ -136,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
                 backbone=SmallCNN(1, 128),
                 objective="di",
                 lr=args.lr,
-                head_rho=HEAD_RHO,
+                head_rho=DEFAULT_HEAD_RHO,
             )
         else:
             parser.error(f"unknown model {name!r}")

@@ -23,13 +23,9 @@ import warnings
 import torch
 
 from kernel_layers import FastfoodLayer, FourierLayer
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO
 
 LAYERS = {"fourier": FourierLayer, "fastfood": FastfoodLayer}
-
-
-#: The ridge read-out's penalty of this benchmark's figures (KernelClassifier's
-#: default is DI's rho).
-HEAD_RHO = 1e-3
 
 
 def step_time(kind: str, width: int, batch: int, repeats: int) -> float:
@@ -72,7 +68,7 @@ def accuracy(
 
     L.seed_everything(0)
     layer = LAYERS[kind](784, width, gamma=0.01, seed=0, trainable=trainable)
-    model = KernelClassifier(layer, num_classes=10, lr=1e-2, head_rho=HEAD_RHO)
+    model = KernelClassifier(layer, num_classes=10, lr=1e-2, head_rho=DEFAULT_HEAD_RHO)
     dm = MNISTDataModule(
         root, download=False, val_fraction=0.0, num_features=width, batch_size=batch
     )

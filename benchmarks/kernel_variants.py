@@ -24,15 +24,11 @@ import torch
 from kernel_layers import FourierLayer, KernelClassifier, NystromLayer
 from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.data import DigitsDataModule
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO
 
 GAMMA = 0.02
 LR = 1e-2
 MAX_EPOCHS = 60
-
-
-#: The ridge read-out's penalty of this benchmark's figures (KernelClassifier's
-#: default is DI's rho).
-HEAD_RHO = 1e-3
 
 
 def _trainer(epochs: int) -> L.Trainer:
@@ -53,7 +49,7 @@ def _accuracy(model: KernelClassifier, dm: DigitsDataModule) -> float:
 
 
 def _run(layer: torch.nn.Module, dm: DigitsDataModule, train: bool) -> tuple[float, int]:
-    model = KernelClassifier(layer, num_classes=10, lr=LR, head_rho=HEAD_RHO)
+    model = KernelClassifier(layer, num_classes=10, lr=LR, head_rho=DEFAULT_HEAD_RHO)
     epochs = 0
     if train:
         trainer = _trainer(MAX_EPOCHS)

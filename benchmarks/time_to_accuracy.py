@@ -42,6 +42,7 @@ from typing_extensions import override
 from kernel_layers import KernelClassifier
 from kernel_layers.cli.allocator import keep_freed_host_memory
 from kernel_layers.selection.gamma import gamma_heuristic
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO
 
 try:  # run as a script from the repository root or as benchmarks.time_to_accuracy
     from reproduce import (
@@ -91,11 +92,6 @@ class StepDecay(Callback):
                     group["lr"] *= self.factor
 
 
-#: The ridge read-out's penalty of this benchmark's figures (KernelClassifier's
-#: default is DI's rho).
-HEAD_RHO = 1e-3
-
-
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Both schedules for every ``J`` and seed; returns the CSV rows."""
     rows = []
@@ -115,7 +111,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     objective="di",
                     rho=RHO,
                     lr=args.lr,
-                    head_rho=HEAD_RHO,
+                    head_rho=DEFAULT_HEAD_RHO,
                 )
                 adaptive = schedule == "adaptive"
                 epochs, decays, reason, seconds = train(
