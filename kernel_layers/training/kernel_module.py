@@ -107,8 +107,6 @@ class KernelModule(LightningModule):
         self.head_tracker = ReadoutTracker()
         register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
         self._chosen_rho = DEFAULT_RHO  # rho=None: replaced when a fit starts
-        #: Whether the ridge read-out's penalty is DI's ``rho`` (set by the subclass).
-        self.head_follows_rho = False
 
     @property
     def objective(self) -> str:
@@ -253,6 +251,12 @@ class KernelModule(LightningModule):
         if self.hparams["rho"] is None:
             self._chosen_rho = rho_for_epoch(max(float(self.trainer.num_training_batches), 1.0))
         self.sync_head_rho()
+
+    @property
+    def head_follows_rho(self) -> bool:
+        """Whether the ridge read-out's penalty is DI's ``rho`` (``False`` here; a
+        subclass says when)."""
+        return False
 
     def sync_head_rho(self) -> None:
         """Give the ridge read-out DI's ``rho`` as its penalty when it follows it

@@ -174,10 +174,15 @@ class KernelClassifier(KernelModule):
             head_rho=DEFAULT_HEAD_RHO if head_rho is None else head_rho,
             trained_readout=objective == "ce" or group_lasso > 0,
         )
-        self.head_follows_rho = head_rho is None and objective == "di"
         self.sync_head_rho()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    @property
+    def head_follows_rho(self) -> bool:
+        """Whether the ridge read-out's penalty is DI's ``rho``: ``head_rho=None`` with
+        the DI objective."""
+        return self.hparams["head_rho"] is None and self.objective == "di"
 
     def scores(self, features: Tensor) -> Tensor:
         """Class scores ``[B, L]`` of the read-out on ``features (Tensor[B, J])``.
