@@ -23,8 +23,8 @@ of the training rows. The approximations share the kernel parameter
   epoch. The Lightning methods refit their ridge read-out (penalty by GCV) on every
   training row at the end;
 * ``di``: the same, trained on 90 % of the training rows and validated on the other
-  ``HELD_OUT`` after each epoch, the epoch of the best ``val/r2`` kept (Lightning's
-  ``ModelCheckpoint``);
+  ``HELD_OUT`` after each epoch, the best on ``val/r2`` kept, the untrained map
+  included (``KernelRegressor(keep_best="val/r2")``);
 * ``di_regressor``: ``DIRegressor()`` with its defaults (its own ``J`` and ``gamma``).
 
 Each (data set, method) is a record of ``benchmarks/results/regression.json``, written
@@ -40,7 +40,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,8 +49,6 @@ import lightning as L
 import numpy as np
 import records
 import torch
-from lightning.pytorch import Callback
-from lightning.pytorch.callbacks import ModelCheckpoint
 from sklearn.datasets import load_diabetes, make_friedman1
 from sklearn.kernel_approximation import Nystroem
 from sklearn.kernel_ridge import KernelRidge
@@ -150,7 +147,7 @@ def _kernel_regressor(
 ) -> tuple[np.ndarray, float, float | None]:
     """``KernelRegressor`` trained ``epochs`` at most (0: the untrained map); with
     ``held_out > 0`` that share of the training rows is validated on after each epoch and
-    the epoch of the best ``val/r2`` is kept (Lightning's ``ModelCheckpoint``). The
+    the best on ``val/r2`` is kept, the untrained map included (``keep_best``). The
     read-out is refitted on every training row at the end. Returns the test predictions,
     the seconds and DI's ``rho`` used (``None`` for the untrained map)."""
     x_train, x_test, y_train, y_test = data
@@ -162,31 +159,28 @@ def _kernel_regressor(
         x_train, y_fit, x_test, y_eval, float_targets=True, batch_size=batch, val_fraction=held_out
     )
     torch.manual_seed(0)
-    model = KernelRegressor(NystromLayer(x_train.shape[1], j, gamma=gamma), lr=LR, rho=RHO)
-    with tempfile.TemporaryDirectory() as folder:
-        best = ModelCheckpoint(dirpath=folder, monitor="val/r2", mode="max")
-        callbacks: list[Callback] = [PlateauDecay(verbose=False), DISaturationStopping()]
-        trainer = L.Trainer(
-            max_epochs=epochs,
-            callbacks=[*callbacks, best] if held_out else callbacks,
-            logger=False,
-            enable_checkpointing=bool(held_out),
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-        )
-        start = time.perf_counter()
-        rho: float | None = None
-        if epochs:
-            trainer.fit(model, module)
-            rho = model.rho
-            if held_out:
-                model = KernelRegressor.load_from_checkpoint(best.best_model_path)
-        else:  # the untrained map: the test loop draws the landmarks
-            trainer.test(model, module, verbose=False)
-        every_row = TensorDataset(module.transform(x_train), torch.as_tensor(y_fit).float())
-        model.refit_head(DataLoader(every_row, batch_size=4096))
-        seconds = time.perf_counter() - start
+    layer = NystromLayer(x_train.shape[1], j, gamma=gamma)
+    keep = "val/r2" if held_out else None
+    model = KernelRegressor(layer, lr=LR, rho=RHO, keep_best=keep)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        callbacks=[PlateauDecay(verbose=False), DISaturationStopping()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    start = time.perf_counter()
+    rho: float | None = None
+    if epochs:
+        trainer.fit(model, module)
+        rho = model.rho
+    else:  # the untrained map: the test loop draws the landmarks
+        trainer.test(model, module, verbose=False)
+    every_row = TensorDataset(module.transform(x_train), torch.as_tensor(y_fit).float())
+    model.refit_head(DataLoader(every_row, batch_size=4096))
+    seconds = time.perf_counter() - start
     x = module.test_dataset.tensors[0]  # type: ignore[union-attr]
     model.eval()
     with torch.no_grad():

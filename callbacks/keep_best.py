@@ -13,11 +13,14 @@ from typing_extensions import override
 
 from kernel_layers._validation import check_bool
 from kernel_layers.callbacks.monitor import MonitorCallback, should_skip
-from kernel_layers.callbacks.untrained_baseline import untrained_accuracy
+from kernel_layers.callbacks.untrained_baseline import untrained_score
 
 __all__ = ["KeepBest"]
 
 _OWNER = "KeepBest"
+#: The monitors the untrained map can be scored on: ``KernelClassifier``'s validation
+#: accuracy and ``KernelRegressor``'s validation ``R^2``.
+UNTRAINED_MONITORS = ("val/acc", "val/r2")
 
 
 class KeepBest(MonitorCallback):
@@ -31,10 +34,11 @@ class KeepBest(MonitorCallback):
     training rows at the cost of held-out ones does not leave the returned model worse.
     :class:`~kernel_layers.KernelClassifier` adds this callback itself with ``keep_best``.
 
-    With ``monitor="val/acc"`` and ``include_untrained``, the untrained map is a candidate
-    too: when the first epoch starts (after the model's ``on_train_start`` has drawn its
-    landmarks), a fresh ridge read-out is fitted on the map's features of the training
-    rows and scored on the validation rows (as
+    With ``monitor="val/acc"`` (a classifier) or ``"val/r2"`` (a
+    :class:`~kernel_layers.KernelRegressor`) and ``include_untrained``, the untrained map
+    is a candidate too: when the first epoch starts (after the model's ``on_train_start``
+    has drawn its landmarks), a fresh ridge read-out is fitted on the map's features of
+    the training rows and scored on the validation rows (as
     :class:`~kernel_layers.callbacks.UntrainedBaseline` does on the test rows); if no
     epoch beats it, the untrained map is handed back (``best_epoch == -1``), its read-out
     refitted when it is next used. Training then never leaves the model worse on
@@ -54,9 +58,10 @@ class KeepBest(MonitorCallback):
         strict: raise if ``monitor`` is missing at the end of an epoch; if ``False``, warn
             and skip the epoch.
         verbose: say which epoch's weights were restored.
-        include_untrained: with ``monitor="val/acc"``, score the untrained map as a
-            candidate (see above; needs a :class:`~kernel_layers.KernelClassifier` and a
-            :mod:`kernel_layers.data` module with a validation split).
+        include_untrained: with ``monitor="val/acc"`` or ``"val/r2"``, score the untrained
+            map as a candidate (see above; needs a :class:`~kernel_layers.KernelClassifier`
+            or :class:`~kernel_layers.KernelRegressor` and a :mod:`kernel_layers.data`
+            module with a validation split).
 
     Attributes:
         best_score (float): best monitored value so far.
@@ -104,7 +109,7 @@ class KeepBest(MonitorCallback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if (
             not self.include_untrained
-            or self.monitor != "val/acc"
+            or self.monitor not in UNTRAINED_MONITORS
             or self.best_epoch is not None
             or trainer.current_epoch != 0
             or should_skip(trainer)
@@ -114,11 +119,12 @@ class KeepBest(MonitorCallback):
         head = getattr(pl_module, "head", None)
         if datamodule is None or head is None or not hasattr(datamodule, "val_dataloader"):
             raise TypeError(
-                f"{_OWNER}: include_untrained needs a KernelClassifier and a kernel_layers "
-                f"data module with a validation split, got {type(pl_module).__name__} and "
-                f"{type(datamodule).__name__} (or pass include_untrained=False)"
+                f"{_OWNER}: include_untrained needs a KernelClassifier (or KernelRegressor) "
+                "and a kernel_layers data module with a validation split, got "
+                f"{type(pl_module).__name__} and {type(datamodule).__name__} (or pass "
+                "include_untrained=False)"
             )
-        self._keep(pl_module, untrained_accuracy(pl_module, head, datamodule, "val"), -1)
+        self._keep(pl_module, untrained_score(pl_module, head, datamodule, "val"), -1)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+from torchmetrics.regression import R2Score
 from typing_extensions import override
 
 from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
+from kernel_layers.training.modes import eval_mode
 
 __all__ = ["UntrainedBaseline"]
 
@@ -58,42 +62,55 @@ class UntrainedBaseline(Callback):
                 f"{_OWNER}: needs a KernelClassifier and a kernel_layers data module, got "
                 f"{type(pl_module).__name__} and {type(datamodule).__name__}"
             )
-        self.accuracy = untrained_accuracy(pl_module, head, datamodule)
+        self.accuracy = untrained_score(pl_module, head, datamodule)
         log_on_rank_zero(
             f"{_OWNER}: test/acc of the untrained map (ridge read-out) {self.accuracy:.4f}"
         )
 
 
 @torch.no_grad()
-def untrained_accuracy(
+def untrained_score(
     model: pl.LightningModule, head: Any, datamodule: Any, split: str = "test"
 ) -> float:
-    """Accuracy on a split of a fresh ridge read-out fitted on ``model``'s current
-    features of the training rows.
+    """Score on a split of a fresh ridge read-out fitted on ``model``'s current features
+    of the training rows: the accuracy for class labels, the ``R^2`` (averaged uniformly
+    over the targets, as :class:`~kernel_layers.KernelRegressor` logs it) for float
+    targets.
 
     Args:
-        model: a :class:`~kernel_layers.KernelClassifier` (``model(x)`` gives features).
-        head: the model's ridge head, whose type and ``rho`` the fresh read-out copies.
+        model: a :class:`~kernel_layers.KernelClassifier` or
+            :class:`~kernel_layers.KernelRegressor` (``model(x)`` gives features).
+        head: the model's ridge head; the fresh read-out is a copy of it (its type and
+            penalty) fitted anew, so the model's own head is left as it is.
         datamodule: serves ``train_eval_dataloader()`` and ``<split>_dataloader()``.
         split: ``"test"`` or ``"val"``.
 
     Returns:
-        float: the fraction of the split's rows classified correctly.
+        float: the fraction of the split's rows classified correctly, or its ``R^2``.
     """
-    fresh = type(head)(head.in_features, head.num_outputs, rho=head.rho).to(model.device)
-    modes = {module: module.training for module in model.modules()}
-    model.eval()
-    try:
+    fresh = copy.deepcopy(head).to(model.device)
+    fresh.reset()
+    r2 = R2Score(multioutput="uniform_average").to(model.device)
+    correct = total = 0
+    with eval_mode(model):
         for batch in datamodule.train_eval_dataloader():
             x, y = batch[0].to(model.device), batch[1].to(model.device)
-            fresh.update(model(x), y.long())
+            fresh.update(model(x), _columns(y) if y.is_floating_point() else y)
         fresh.fit()
-        correct = total = 0
         for batch in getattr(datamodule, f"{split}_dataloader")():
             x, y = batch[0].to(model.device), batch[1].to(model.device)
-            correct += int((fresh(model(x)).argmax(1) == y).sum())
+            scores = fresh(model(x))
+            if y.is_floating_point():
+                target = _columns(y)
+                if fresh.num_outputs == 1:  # R2Score takes one target as a vector
+                    scores, target = scores[:, 0], target[:, 0]
+                r2.update(scores, target)
+            else:
+                correct += int((scores.argmax(1) == y).sum())
             total += len(y)
-    finally:
-        for module, mode in modes.items():
-            module.training = mode
-    return correct / max(total, 1)
+    return float(r2.compute()) if r2.update_called else correct / max(total, 1)
+
+
+def _columns(y: Tensor) -> Tensor:
+    """Float targets as a matrix ``[B, L]`` (``[B]`` is one target)."""
+    return y.reshape(len(y), -1)

@@ -34,6 +34,21 @@ def _model(targets: int = 1, **options: object) -> KernelRegressor:
     return KernelRegressor(NystromLayer(10, J, gamma=1.0), num_targets=targets, **options)
 
 
+def _gcv_reference(phi: np.ndarray, y: np.ndarray) -> float:
+    """The penalty of ``GCV_GRID`` (times the centred scatter's mean eigenvalue) with the
+    least explicit GCV error ``n RSS / (n - trace(hat))^2``, the intercept in the hat
+    matrix (float64)."""
+    n, j = phi.shape
+    pc, yc = phi - phi.mean(0), y - y.mean(0)
+    scale = np.trace(pc.T @ pc) / j
+    scores = []
+    for rel in GCV_GRID:
+        hat = pc @ np.linalg.solve(pc.T @ pc + rel * scale * np.eye(j), pc.T) + 1.0 / n
+        residual = yc - (hat - 1.0 / n) @ yc
+        scores.append(n * (residual**2).sum() / (n - np.trace(hat)) ** 2)
+    return GCV_GRID[int(np.argmin(scores))] * scale
+
+
 # ---------------------------------------------------------------- DI with a float target
 def test_di_of_a_continuous_target_matches_the_float64_reference() -> None:
     g = torch.Generator().manual_seed(1)
@@ -193,14 +208,7 @@ def test_gcv_penalty_is_the_argmin_of_the_explicit_gcv() -> None:
     pc = phi.numpy() - phi.numpy().mean(0)
     yc = y.numpy() - y.numpy().mean(0)
     scale = np.trace(pc.T @ pc) / 12
-    scores = []
-    for rel in GCV_GRID:
-        rho = rel * scale
-        hat = pc @ np.linalg.solve(pc.T @ pc + rho * np.eye(12), pc.T) + 1.0 / 80
-        residual = yc - (hat - 1.0 / 80) @ yc
-        scores.append(80 * (residual**2).sum() / (80 - np.trace(hat)) ** 2)
-    expected = GCV_GRID[int(np.argmin(scores))] * scale
-    assert chosen == pytest.approx(expected, rel=1e-9)
+    assert chosen == pytest.approx(_gcv_reference(phi.numpy(), y.numpy()), rel=1e-9)
     assert GCV_GRID[0] * scale < chosen  # noisy targets: more than the smallest penalty
     head.fit()
     assert head.penalty.item() == pytest.approx(chosen)
@@ -223,3 +231,35 @@ def test_keep_best_hands_back_the_best_validation_epoch(
         assert torch.equal(value.cpu(), best.best_state[f"kernel_layer.{key}"])
     with pytest.raises(ValueError, match="keep_best"):
         _model(keep_best="val/acc")
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+def test_keep_best_hands_back_the_untrained_map_when_no_epoch_beats_it(
+    make_trainer: Callable[..., L.Trainer], targets: int
+) -> None:
+    data = _data(targets=targets, val_fraction=0.25, batch_size=150)
+    model = _model(targets, lr=50.0, keep_best="val/r2")  # a learning rate that wrecks the map
+    trainer = make_trainer(max_epochs=3)
+    trainer.fit(model, data)
+    best = next(c for c in trainer.callbacks if type(c).__name__ == "KeepBest")
+    assert best.best_epoch == -1
+    assert torch.equal(
+        model.kernel_layer.landmarks.cpu(), best.best_state["kernel_layer.landmarks"]
+    )
+    # the untrained map's score: a GCV ridge read-out on its training features, the R^2
+    # of the validation rows in float64 (the read-out refits when validate starts)
+    x_train, y_train = data.train_dataset.tensors  # type: ignore[union-attr]
+    x_val, y_val = data.val_dataset.tensors  # type: ignore[union-attr]
+    with torch.no_grad():
+        phi, phi_val = model(x_train).double().numpy(), model(x_val).double().numpy()
+    y = y_train.double().numpy().reshape(len(phi), -1)
+    pc, yc = phi - phi.mean(0), y - y.mean(0)
+    weight = np.linalg.solve(pc.T @ pc + _gcv_reference(phi, y) * np.eye(J), pc.T @ yc)
+    predicted = (phi_val - phi.mean(0)) @ weight + y.mean(0)
+    truth = y_val.double().numpy().reshape(len(phi_val), -1)
+    residual = ((truth - predicted) ** 2).sum(0) / ((truth - truth.mean(0)) ** 2).sum(0)
+    expected = float(np.mean(1.0 - residual))  # R^2 averaged over the targets
+    assert best.best_score == pytest.approx(expected, abs=1e-4)
+    assert trainer.validate(model, data, verbose=False)[0]["val/r2"] == pytest.approx(
+        best.best_score, abs=1e-5
+    )

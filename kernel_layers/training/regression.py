@@ -87,9 +87,9 @@ class KernelRegressor(KernelModule):
         approximation_rows: rows kept to log the kernel approximation error (0: none).
         keep_best: ``"val/r2"``: the model handed back when ``fit`` ends is the one of
             the best epoch on the validation ``R^2``
-            (:class:`~kernel_layers.callbacks.KeepBest`), not the last, so that a map that
-            fits the training rows' noise (small data) is not returned; ``None``: the
-            last.
+            (:class:`~kernel_layers.callbacks.KeepBest`), the untrained map included, not
+            the last, so that a map that fits the training rows' noise (small data) is not
+            returned; ``None``: the last.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
