@@ -12,6 +12,7 @@ from torch import Tensor
 from torchmetrics.regression import R2Score
 from typing_extensions import override
 
+from kernel_layers._tensor_checks import check_float_targets
 from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
 from kernel_layers.training.modes import eval_mode
 
@@ -95,13 +96,13 @@ def untrained_score(
     with eval_mode(model):
         for batch in datamodule.train_eval_dataloader():
             x, y = batch[0].to(model.device), batch[1].to(model.device)
-            fresh.update(model(x), _columns(y) if y.is_floating_point() else y)
+            fresh.update(model(x), _targets(model, y, fresh.num_outputs))
         fresh.fit()
         for batch in getattr(datamodule, f"{split}_dataloader")():
             x, y = batch[0].to(model.device), batch[1].to(model.device)
             scores = fresh(model(x))
             if y.is_floating_point():
-                target = _columns(y)
+                target = _targets(model, y, fresh.num_outputs)
                 if fresh.num_outputs == 1:  # R2Score takes one target as a vector
                     scores, target = scores[:, 0], target[:, 0]
                 r2.update(scores, target)
@@ -111,6 +112,9 @@ def untrained_score(
     return float(r2.compute()) if r2.update_called else correct / max(total, 1)
 
 
-def _columns(y: Tensor) -> Tensor:
-    """Float targets as a matrix ``[B, L]`` (``[B]`` is one target)."""
-    return y.reshape(len(y), -1)
+def _targets(model: pl.LightningModule, y: Tensor, outputs: int) -> Tensor:
+    """Float targets checked as the regressor checks them (``Tensor[B, L]``); class
+    labels as they are."""
+    if not y.is_floating_point():
+        return y
+    return check_float_targets(type(model).__name__, "y", y, outputs)
