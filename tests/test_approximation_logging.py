@@ -36,6 +36,7 @@ def test_fit_logs_the_errors_of_the_first_validation_rows(
     trainer.fit(model, dm)
     logged = trainer.callback_metrics
     direct = KernelApproximationError(model.kernel_layer, max_rows=50, norm="both").to(device)
+    model.eval()  # as in validation: the maps' eval-mode features (a cached projection)
     with torch.no_grad():
         for x, _ in dm.val_dataloader():  # batches of 32: the rows span two of them
             direct.update(model.embed(x.to(device)))
