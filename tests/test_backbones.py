@@ -256,3 +256,31 @@ def test_landmarks_start_as_backbone_features(make_trainer: Callable[..., L.Trai
     z = model.kernel_layer.landmarks.detach()
     gap = (z[:, None, :] - feats[None]).abs().amax(-1).min(1).values
     assert gap.max() < 1e-4  # each landmark is the feature vector of a training image
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "recipe", ["mnist_cnn_nystrom_di", "fashion_cnn_nystrom_di", "fashion_resnet18_nystrom_di"]
+)
+def test_cnn_recipes_backbone_trains_on_cuda_under_their_determinism(recipe: str) -> None:
+    """Lightning's ``deterministic`` of the recipe, applied as the Trainer applies it, lets
+    the recipe's backbone take a backward pass on CUDA (strict determinism raises on
+    ``AdaptiveAvgPool2d``'s CUDA backward)."""
+    import yaml
+
+    from kernel_layers.cli.recipe_files import recipe_path
+    from kernel_layers.training.architecture import build_module
+
+    config = yaml.safe_load(recipe_path(recipe).read_text())
+    mode = config["trainer"]["deterministic"]
+    backbone = build_module("test", "backbone", config["model"]["backbone"]).cuda()
+    x = torch.rand(8, 1, 28, 28, device="cuda")
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(bool(mode), warn_only=mode == "warn")
+    try:
+        backbone(x).square().sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+    grads = [p.grad for p in backbone.parameters()]
+    assert all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
