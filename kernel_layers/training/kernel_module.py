@@ -37,7 +37,11 @@ from kernel_layers.training.group_lasso import model_prox_step
 from kernel_layers.training.heads import GCVRidgeHead, RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.losses import training_loss
-from kernel_layers.training.optimizer import build_optimizer
+from kernel_layers.training.optimizer import (
+    build_optimizer,
+    build_schedule,
+    warn_plateau_callbacks,
+)
 from kernel_layers.training.readout import ReadoutRefit, ReadoutTracker, head_needs_fit
 from kernel_layers.training.readout import refit_head as fit_ridge_head
 
@@ -49,9 +53,9 @@ class KernelModule(LightningModule):
     :class:`~kernel_layers.KernelRegressor`; not used on its own.
 
     A subclass's ``__init__`` checks its arguments, calls ``save_hyperparameters``
-    (``rho``, ``lr``, ``backbone_lr``, ``init_landmarks``, ``check_every`` and
-    ``approximation_rows`` among them), then :meth:`_build` with the read-out's width,
-    and implements :meth:`training_targets`.
+    (``rho``, ``lr``, ``backbone_lr``, ``lr_schedule``, ``init_landmarks``,
+    ``check_every`` and ``approximation_rows`` among them), then :meth:`_build` with the
+    read-out's width, and implements :meth:`training_targets`.
     """
 
     kernel_layer: KernelFeatureMap
@@ -308,7 +312,24 @@ class KernelModule(LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint_hooks.on_load_checkpoint(self, checkpoint)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer | None:
+    def configure_optimizers(self) -> Any:
         """Adam over the groups ``"kernel"`` and ``"backbone"``
-        (:func:`~kernel_layers.training.optimizer.build_optimizer`)."""
-        return build_optimizer(self)
+        (:func:`~kernel_layers.training.optimizer.build_optimizer`), with the epoch-wise
+        scheduler of ``lr_schedule``
+        (:func:`~kernel_layers.training.optimizer.build_schedule`) when it is not
+        ``"constant"``."""
+        optimizer = build_optimizer(self)
+        # Checkpoints of releases before lr_schedule do not record it: a constant rate.
+        schedule = self.hparams.get("lr_schedule", "constant")
+        if optimizer is None or schedule == "constant":
+            return optimizer
+        owner = type(self).__name__
+        max_epochs = self.trainer.max_epochs if self._trainer is not None else None
+        scheduler = build_schedule(owner, optimizer, schedule, max_epochs)
+        if self._trainer is not None:
+            # Trainer.callbacks is set in its __init__, which mypy does not see typed.
+            warn_plateau_callbacks(owner, getattr(self.trainer, "callbacks", []))
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"},
+        }

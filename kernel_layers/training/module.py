@@ -88,6 +88,10 @@ class KernelClassifier(KernelModule):
             small-data suite). :attr:`rho` gives the value in use.
         lr: Adam learning rate of the kernel layer (and read-out).
         backbone_lr: learning rate of the backbone (default ``lr``).
+        lr_schedule: ``"constant"`` (default) or ``"cosine"``: every learning rate
+            annealed to zero over the Trainer's ``max_epochs`` (``CosineAnnealingLR``,
+            stepped each epoch; use it instead of
+            :class:`~kernel_layers.callbacks.PlateauDecay`, not with it).
         head_rho: ridge penalty of the closed-form read-out; ``None`` (default): DI's
             ``rho`` with objective ``"di"`` (the read-out is then the ridge fit whose
             error DI measures, ``DI = ||Y_c||^2 - MRLSE``: a smaller penalty would read
@@ -132,6 +136,7 @@ class KernelClassifier(KernelModule):
         rho: float | None = None,
         lr: float = 1e-3,
         backbone_lr: float | None = None,
+        lr_schedule: str = "constant",
         head_rho: float | None = None,
         init_landmarks: bool = True,
         return_scores: bool = False,
@@ -155,6 +160,7 @@ class KernelClassifier(KernelModule):
             objectives=OBJECTIVES,
             check_every=check_every,
             check_every_choices=CHECK_EVERY,
+            lr_schedule=lr_schedule,
             keep_best=keep_best,
         )
         preflight.check_scalars(

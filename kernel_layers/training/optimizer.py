@@ -3,18 +3,26 @@
 Group ``"kernel"`` holds the kernel map's trainable parameters and the trained read-out
 (learning rate ``lr``); group ``"backbone"`` the backbone's (``backbone_lr``, default
 ``lr``). Learning-rate schedulers and callbacks address the groups by these names.
+
+``lr_schedule="cosine"`` anneals every group's rate from its own value to zero over the
+trainer's ``max_epochs`` (PyTorch's ``CosineAnnealingLR``, stepped once per epoch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
 
-__all__ = ["build_optimizer"]
+__all__ = ["LR_SCHEDULES", "build_optimizer", "build_schedule", "warn_plateau_callbacks"]
+
+#: The choices of ``lr_schedule``: a constant rate, or cosine annealing to zero.
+LR_SCHEDULES = ("constant", "cosine")
 
 
 def build_optimizer(model: KernelModule) -> torch.optim.Optimizer | None:
@@ -34,3 +42,43 @@ def build_optimizer(model: KernelModule) -> torch.optim.Optimizer | None:
     if not groups:
         return None
     return torch.optim.Adam(groups)
+
+
+def build_schedule(
+    owner: str, optimizer: torch.optim.Optimizer, schedule: str, max_epochs: int | None
+) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """The learning-rate scheduler of ``schedule`` (one of :data:`LR_SCHEDULES`), or
+    ``None`` for ``"constant"``; ``"cosine"`` spans ``max_epochs`` epochs.
+
+    Raises:
+        ValueError: ``"cosine"`` with no finite ``max_epochs`` (``None`` or ``-1``).
+    """
+    if schedule == "constant":
+        return None
+    if max_epochs is None or max_epochs < 1:
+        raise ValueError(
+            f"{owner}: argument 'lr_schedule' 'cosine' anneals over the Trainer's "
+            f"max_epochs, which must be a positive number of epochs, got "
+            f"max_epochs={max_epochs}"
+        )
+    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
+
+
+def warn_plateau_callbacks(owner: str, callbacks: Iterable[object]) -> None:
+    """Warn, naming them, when ``callbacks`` hold the plateau callbacks beside
+    ``lr_schedule="cosine"``: ``PlateauDecay``'s decays would compound with the annealing,
+    and ``DISaturationStopping`` reads every annealed epoch as a decay, so it stops at the
+    first epoch whose DI does not improve."""
+    from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
+
+    names = sorted(
+        {type(c).__name__ for c in callbacks if isinstance(c, PlateauDecay | DISaturationStopping)}
+    )
+    if names:
+        rank_zero_warn(
+            f"{owner}: lr_schedule 'cosine' lowers the learning rate every epoch, which "
+            f"the callbacks {', '.join(names)} read as plateau decays (decays that compound, "
+            "a stop at the first epoch whose DI does not improve); the schedule ends the fit "
+            "at max_epochs without them",
+            category=UserWarning,
+        )

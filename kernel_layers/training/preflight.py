@@ -17,6 +17,7 @@ from kernel_layers._validation import check_bool, check_choice, check_int, check
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
+from kernel_layers.training.optimizer import LR_SCHEDULES
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -176,14 +177,16 @@ def check_arguments(
     check_every: str,
     check_every_choices: tuple[str, ...],
     keep_best: str | None = None,
+    lr_schedule: str = "constant",
 ) -> None:
     """The argument checks of :class:`~kernel_layers.KernelClassifier` that involve more
-    than one value (the map's type, the group lasso's needs).
+    than one value (the map's type, the group lasso's needs), and the choice arguments.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
             not an ``nn.Module`` or ``None``.
-        ValueError: an objective, ``check_every`` or ``keep_best`` not among the choices,
+        ValueError: an objective, ``check_every``, ``keep_best`` or ``lr_schedule`` not
+            among the choices,
             ``keep_best="val/di"`` without the DI objective, or a group lasso without a
             trained read-out or without feature blocks.
     """
@@ -201,6 +204,7 @@ def check_arguments(
         )
     check_choice(owner, "objective", objective, objectives)
     check_choice(owner, "check_every", check_every, check_every_choices)
+    check_choice(owner, "lr_schedule", lr_schedule, LR_SCHEDULES)
     if keep_best is not None:
         check_choice(owner, "keep_best", keep_best, KEEP_BEST)
         if keep_best == "val/di" and objective != "di":

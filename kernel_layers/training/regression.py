@@ -78,6 +78,10 @@ class KernelRegressor(KernelModule):
             ``KernelClassifier`` chooses it; :attr:`rho` gives the value in use.
         lr: Adam learning rate of the kernel layer.
         backbone_lr: learning rate of the backbone (default ``lr``).
+        lr_schedule: ``"constant"`` (default) or ``"cosine"``: every learning rate
+            annealed to zero over the Trainer's ``max_epochs`` (``CosineAnnealingLR``,
+            stepped each epoch; use it instead of
+            :class:`~kernel_layers.callbacks.PlateauDecay`, not with it).
         head_rho: ridge penalty of the closed-form read-out; ``None`` (default): chosen
             at each fit by generalised cross-validation on the training statistics
             (:class:`~kernel_layers.training.heads.GCVRidgeHead`), as noisy targets need.
@@ -107,6 +111,7 @@ class KernelRegressor(KernelModule):
         rho: float | None = None,
         lr: float = 1e-3,
         backbone_lr: float | None = None,
+        lr_schedule: str = "constant",
         head_rho: float | None = None,
         init_landmarks: bool = True,
         check_every: str = "auto",
@@ -127,6 +132,7 @@ class KernelRegressor(KernelModule):
             objectives=("di",),
             check_every=check_every,
             check_every_choices=CHECK_EVERY,
+            lr_schedule=lr_schedule,
         )
         preflight.check_scalars(
             owner,
