@@ -29,7 +29,8 @@ of the training rows. The approximations share the kernel parameter
 
 Each (data set, method) is a record of ``benchmarks/results/regression.json``, written
 as soon as it is measured; a re-run skips those already there unless ``--force``.
-``--components``, ``--lr`` and ``--rho`` measure variants (records named
+``--components``, ``--lr``, ``--rho`` and ``--ard`` (one learned bandwidth per feature,
+``NystromLayer(ard=True)``) measure variants (records named
 ``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``).
 
 Usage::
@@ -84,6 +85,8 @@ LR = 1e-2
 #: DI's ridge parameter (``None``: ``KernelRegressor``'s default, chosen from the batches
 #: of an epoch).
 RHO: float | None = None
+#: Whether the Lightning methods' map learns one bandwidth per feature (``--ard``).
+ARD = False
 LR_DEFAULT, RHO_DEFAULT = LR, RHO
 #: Share of the training rows the ``di`` method validates on to keep its best epoch.
 HELD_OUT = 0.1
@@ -159,7 +162,7 @@ def _kernel_regressor(
         x_train, y_fit, x_test, y_eval, float_targets=True, batch_size=batch, val_fraction=held_out
     )
     torch.manual_seed(0)
-    layer = NystromLayer(x_train.shape[1], j, gamma=gamma)
+    layer = NystromLayer(x_train.shape[1], j, gamma=gamma, ard=ARD)
     keep = "val/r2" if held_out else None
     model = KernelRegressor(layer, lr=LR, rho=RHO, keep_best=keep)
     trainer = L.Trainer(
@@ -232,7 +235,8 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     rmse = float(np.sqrt((residual**2).mean()))
     return {
         "dataset": name,
-        "method": LABELS[method],
+        "method": LABELS[method]
+        + (", learned bandwidths (ARD)" if ARD and extra.get("lr") else ""),
         "rows": len(x_train) + len(y_test),
         "J": j,
         "r2": r2,
@@ -278,11 +282,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rho", type=float, default=RHO, help="DI's ridge parameter (default: chosen)"
     )
+    parser.add_argument("--ard", action="store_true", help="learn one bandwidth per feature (ARD)")
     args = parser.parse_args(argv)
-    globals().update(LR=args.lr, RHO=args.rho)
+    globals().update(LR=args.lr, RHO=args.rho, ARD=args.ard)
     changed = [f"J{args.components}"] if args.components else []
     changed += [f"lr{args.lr:g}"] if args.lr != LR_DEFAULT else []
     changed += [f"rho{args.rho:g}"] if args.rho != RHO_DEFAULT else []
+    changed += ["ard"] if args.ard else []
     suffix = "@" + ",".join(changed) if changed else ""
     for name in args.datasets:
         data = split(name)
