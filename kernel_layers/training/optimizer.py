@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
+
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
 
@@ -69,8 +71,6 @@ def warn_plateau_callbacks(owner: str, callbacks: Iterable[object]) -> None:
     ``lr_schedule="cosine"``: ``PlateauDecay``'s decays would compound with the annealing,
     and ``DISaturationStopping`` reads every annealed epoch as a decay, so it stops at the
     first epoch whose DI does not improve."""
-    from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
-
     names = sorted(
         {type(c).__name__ for c in callbacks if isinstance(c, PlateauDecay | DISaturationStopping)}
     )
