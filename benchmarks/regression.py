@@ -197,6 +197,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     j = width or components(len(x_train))
     gamma = 1.0 / (x_train.shape[1] * x_train.var())
     extra: dict[str, Any] = {}
+    trained = method in ("di", "di_last")  # the methods whose map DI trains
     if method == "kernel_ridge_cv":
         rows = min(len(x_train), KRR_ROWS)
         pick = np.random.default_rng(0).permutation(len(x_train))[:rows]
@@ -235,8 +236,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     rmse = float(np.sqrt((residual**2).mean()))
     return {
         "dataset": name,
-        "method": LABELS[method]
-        + (", learned bandwidths (ARD)" if ARD and extra.get("lr") else ""),
+        "method": LABELS[method] + (", learned bandwidths (ARD)" if ARD and trained else ""),
         "rows": len(x_train) + len(y_test),
         "J": j,
         "r2": r2,

@@ -319,16 +319,18 @@ class KernelModule(LightningModule):
         (:func:`~kernel_layers.training.optimizer.build_schedule`) when it is not
         ``"constant"``."""
         optimizer = build_optimizer(self)
+        if optimizer is None:
+            return None
+        owner = type(self).__name__
         # Checkpoints of releases before lr_schedule do not record it: a constant rate.
         schedule = self.hparams.get("lr_schedule", "constant")
-        if optimizer is None or schedule == "constant":
-            return optimizer
-        owner = type(self).__name__
         max_epochs = self.trainer.max_epochs if self._trainer is not None else None
         scheduler = build_schedule(owner, optimizer, schedule, max_epochs)
-        if self._trainer is not None:
-            # Trainer.callbacks is set in its __init__, which mypy does not see typed.
-            warn_plateau_callbacks(owner, getattr(self.trainer, "callbacks", []))
+        if scheduler is None:
+            return optimizer
+        # A scheduler implies a trainer (build_schedule needs its max_epochs).
+        # Trainer.callbacks is set in its __init__, which mypy does not see typed.
+        warn_plateau_callbacks(owner, getattr(self.trainer, "callbacks", []))
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"},
