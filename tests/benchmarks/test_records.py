@@ -1,5 +1,5 @@
 """benchmarks/records.py (what every record carries, the record file) and
-benchmarks/exact_svm.py on a small CovType file in the UCI format."""
+benchmarks/exact_svm.py on small files in the real formats (CovType's UCI CSV, IDX)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from formats import write_covtype
+from formats import make_mnist_dir, write_covtype
 from sklearn.svm import SVC
 
 records = pytest.importorskip("records")
@@ -61,3 +61,17 @@ def test_exact_svm_record_is_the_svc_of_the_chosen_c(tmp_path: Path) -> None:
     assert figures["test_acc"] == pytest.approx(100 * svc.score(x_test, y_test), abs=1e-9)
     table = report.render("exact_svm", results=tmp_path)
     assert "covtype" in table and f"{figures['test_acc']:.2f} %" in table
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion"])
+def test_exact_svm_loads_the_idx_data_sets_scaled_to_the_unit_interval(
+    tmp_path: Path, dataset: str
+) -> None:
+    written = make_mnist_dir(tmp_path, gz=True, train_max=100, test_pixel=200)
+    x_train, y_train, x_test, y_test = exact_svm.load(dataset, str(tmp_path))
+    assert x_train.dtype == np.float64 and x_train.shape == (len(written["x_train"]), 784)
+    reference = written["x_train"].reshape(len(x_train), -1).astype(np.float64) / 100.0
+    np.testing.assert_allclose(x_train, reference, rtol=0, atol=1e-6)
+    assert x_test.max() == pytest.approx(2.0, abs=1e-6)
+    assert y_train.tolist() == written["y_train"].tolist()
+    assert y_test.tolist() == written["y_test"].tolist()
