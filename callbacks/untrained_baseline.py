@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
+from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.regression import R2Score
 from typing_extensions import override
 
@@ -87,12 +88,15 @@ def untrained_score(
         split: ``"test"`` or ``"val"``.
 
     Returns:
-        float: the fraction of the split's rows classified correctly, or its ``R^2``.
+        float: the fraction of the split's rows classified correctly, or its ``R^2``,
+        computed by the metric the model logs (``MulticlassAccuracy``, ``R2Score``) so
+        that the same predictions give the same value, to the last bit, as ``val/acc``
+        or ``val/r2``.
     """
     fresh = copy.deepcopy(head).to(model.device)
     fresh.reset()
     r2 = R2Score(multioutput="uniform_average").to(model.device)
-    correct = total = 0
+    accuracy: MulticlassAccuracy | None = None  # made at the first class labels
     with eval_mode(model):
         for batch in datamodule.train_eval_dataloader():
             x, y = batch[0].to(model.device), batch[1].to(model.device)
@@ -107,9 +111,13 @@ def untrained_score(
                     scores, target = scores[:, 0], target[:, 0]
                 r2.update(scores, target)
             else:
-                correct += int((scores.argmax(1) == y).sum())
-            total += len(y)
-    return float(r2.compute()) if r2.update_called else correct / max(total, 1)
+                if accuracy is None:
+                    accuracy = MulticlassAccuracy(fresh.num_outputs, average="micro")
+                    accuracy = accuracy.to(model.device)
+                accuracy.update(scores, y)
+    if r2.update_called:
+        return float(r2.compute())
+    return 0.0 if accuracy is None else float(accuracy.compute())
 
 
 def _targets(model: pl.LightningModule, y: Tensor, outputs: int) -> Tensor:

@@ -199,3 +199,21 @@ def test_the_untrained_map_is_handed_back_when_no_epoch_beats_it(
 def test_include_untrained_needs_a_data_module(make_trainer: Callable[..., L.Trainer]) -> None:
     with pytest.raises(TypeError, match=r"KeepBest: include_untrained needs a KernelClassifier"):
         make_trainer(callbacks=[KeepBest()], max_epochs=1).fit(_Scripted(), _loader(), _loader())
+
+
+def test_an_epoch_that_ties_with_the_untrained_map_does_not_replace_it(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # 148 of the 180 validation rows right: 148 / 180 rounds up in float32, so a tie is
+    # a tie only if the untrained map is scored by the metric that logs val/acc
+    L.seed_everything(0)
+    layer = FourierLayer(8, 30, seed=2)
+    model = KernelClassifier(layer, num_classes=3, lr=1e-30, keep_best="val/acc")
+    dm = _data()
+    trainer = make_trainer(max_epochs=2)
+    trainer.fit(model, dm)
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    epoch_score = trainer.validate(model, dm, verbose=False)[0]["val/acc"]
+    assert round(epoch_score * 180) == 148
+    assert keep.best_score == epoch_score  # the same value, not one rounded differently
+    assert keep.best_epoch == -1  # a step of 1e-30 changes no prediction: a tie
