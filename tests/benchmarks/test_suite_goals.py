@@ -75,6 +75,32 @@ def test_the_seed_goal_compares_means_over_the_seeds() -> None:
     assert suite_goals.matrix(records)["b"]["di_trained@seed1"]["acc"] == 80.0
 
 
+def test_the_best_on_validation_runs_have_goals_of_their_own() -> None:
+    """a's kept epoch ties with its untrained map (85 = 85, held); b's is one row of 50
+    below it at seed 0 (70 < 72) and above it on the mean of two seeds ((70 + 78) / 2 = 74
+    against (72 + 74) / 2 = 73); the goals of di_trained are unchanged."""
+    records = [
+        *_records(),
+        _record("a/di_trained_keep_best", 85.0, 3.0, untrained_acc=85.0, test_rows=20),
+        _record("b/di_trained_keep_best", 70.0, 3.0, untrained_acc=72.0, test_rows=50),
+        _record("b/di_trained_keep_best@seed1", 78.0, 3.0, untrained_acc=74.0),
+    ]
+    goals = suite_goals.goals(records)
+    assert goals[:2] == suite_goals.goals(_records())[:2]
+    assert goals[2:4] == [
+        {
+            "goal": "DI-trained, best on validation, >= untrained map on every data set",
+            "held": False,
+            "detail": "1/2; below: b (70.00 < 72.00)",
+        },
+        {
+            "goal": "DI-trained, best on validation, >= untrained map on the mean of its seeds",
+            "held": True,
+            "detail": "1/1",
+        },
+    ]
+
+
 def goals_detail(records: list[dict[str, Any]]) -> str:
     return str(suite_goals.goals(records)[1]["detail"])
 
