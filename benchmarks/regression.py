@@ -31,11 +31,18 @@ Each (data set, method) is a record of ``benchmarks/results/regression.json``, w
 as soon as it is measured; a re-run skips those already there unless ``--force``.
 ``--components``, ``--lr``, ``--rho`` and ``--ard`` (one learned bandwidth per feature,
 ``NystromLayer(ard=True)``) measure variants (records named
-``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``).
+``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``). ``--seed K`` draws the
+landmarks, batches and held-out rows of the Lightning methods, ``Nystroem``'s components
+and ``DIRegressor``'s state from ``K`` instead of 0 (the split stays the same; records
+``DATA/METHOD@seedK``); each such run also rewrites the record
+``DATA/METHOD@mean of seeds``: the mean, least and largest R² over every seed stored, 0
+included (the table ``regression_seeds``).
 
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/regression.py [--datasets diabetes boston] [--force]
+    OMP_NUM_THREADS=1 python benchmarks/regression.py --datasets diabetes boston servo \
+        --methods nystroem_ridge untrained di_last di --seed 1
 """
 
 from __future__ import annotations
@@ -90,6 +97,11 @@ ARD = False
 LR_DEFAULT, RHO_DEFAULT = LR, RHO
 #: Share of the training rows the ``di`` method validates on to keep its best epoch.
 HELD_OUT = 0.1
+#: Seed of the random draws of a run (``--seed``): landmarks, batches, held-out rows,
+#: ``Nystroem``'s components, ``DIRegressor``'s state.
+SEED = 0
+#: The variant tag of a run of another seed, and the name of the mean over seeds.
+SEED_TAG, MEAN_TAG = "@seed", "@mean of seeds"
 DESCRIPTION = (
     "Regression at the same J (min(200, training rows // 3)): test R^2, RMSE (target units) "
     "and fit seconds; 70/30 split random_state=0, features min-max scaled and targets "
@@ -159,9 +171,16 @@ def _kernel_regressor(
     y_eval = target.transform(y_test[:, None])
     batch = min(max(1000, 2 * j), round(len(x_train) * (1 - held_out)))
     module = TensorDataModule(
-        x_train, y_fit, x_test, y_eval, float_targets=True, batch_size=batch, val_fraction=held_out
+        x_train,
+        y_fit,
+        x_test,
+        y_eval,
+        float_targets=True,
+        batch_size=batch,
+        val_fraction=held_out,
+        seed=SEED,
     )
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     layer = NystromLayer(x_train.shape[1], j, gamma=gamma, ard=ARD)
     keep = "val/r2" if held_out else None
     model = KernelRegressor(layer, lr=LR, rho=RHO, keep_best=keep)
@@ -214,7 +233,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     elif method == "nystroem_ridge":
         prediction, seconds, _ = _fit_sklearn(
             lambda: make_pipeline(
-                Nystroem(gamma=gamma, n_components=j, random_state=0),
+                Nystroem(gamma=gamma, n_components=j, random_state=SEED),
                 RidgeCV(alphas=np.logspace(-4, 2, 13)),
             ),
             data,
@@ -227,7 +246,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     elif method == "di_regressor":
         from kernel_layers.sklearn import DIRegressor
 
-        prediction, seconds, model = _fit_sklearn(lambda: DIRegressor(random_state=0), data)
+        prediction, seconds, model = _fit_sklearn(lambda: DIRegressor(random_state=SEED), data)
         j = int(model.n_components_)
     else:
         raise ValueError(f"unknown method {method!r}")
@@ -247,11 +266,13 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
 
 
 def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The tables ``regression`` (the defaults) and ``regression_variants``."""
+    """The tables ``regression`` (the defaults), ``regression_variants`` and
+    ``regression_seeds``."""
     names = [record["name"] for record in records]
     rows = [f"{d}/{m}" for d in DATASETS for m in METHODS if f"{d}/{m}" in names]
+    means = [f"{d}/{m}{MEAN_TAG}" for d in DATASETS for m in METHODS]
     variants = sorted(
-        (n for n in names if "@" in n),
+        (n for n in names if "@" in n and SEED_TAG not in n and MEAN_TAG not in n),
         key=lambda n: (DATASETS.index(n.split("/")[0]), n.split("@")[1], n),
     )
     columns = [
@@ -268,6 +289,37 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
             "rows": variants,
             "columns": [*columns[:3], ["DI lr", "{lr:g}"], ["DI rho", "{rho:g}"], *columns[3:]],
         },
+        "regression_seeds": {
+            "rows": [n for n in means if n in names],
+            "columns": [
+                *columns[:3],
+                ["seeds", "{seeds}"],
+                ["mean test R²", "{r2:.4f}"],
+                ["least", "{r2_min:.4f}"],
+                ["largest", "{r2_max:.4f}"],
+            ],
+        },
+    }
+
+
+def seed_mean(stored: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """The figures of the mean over seeds of the run ``key`` (``DATA/METHOD``): the seed-0
+    record ``key`` and every ``key@seedK``; ``None`` unless seed 0 and another are stored."""
+    runs = [
+        r["figures"] for r in stored if r["name"] == key or r["name"].startswith(key + SEED_TAG)
+    ]
+    if len(runs) < 2 or not any(r["name"] == key for r in stored):
+        return None
+    r2 = [float(f["r2"]) for f in runs]
+    first = runs[0]
+    return {
+        "dataset": first["dataset"],
+        "method": first["method"],
+        "J": first["J"],
+        "seeds": len(runs),
+        "r2": sum(r2) / len(r2),
+        "r2_min": min(r2),
+        "r2_max": max(r2),
     }
 
 
@@ -283,12 +335,14 @@ def main(argv: list[str] | None = None) -> None:
         "--rho", type=float, default=RHO, help="DI's ridge parameter (default: chosen)"
     )
     parser.add_argument("--ard", action="store_true", help="learn one bandwidth per feature (ARD)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random draws")
     args = parser.parse_args(argv)
-    globals().update(LR=args.lr, RHO=args.rho, ARD=args.ard)
+    globals().update(LR=args.lr, RHO=args.rho, ARD=args.ard, SEED=args.seed)
     changed = [f"J{args.components}"] if args.components else []
     changed += [f"lr{args.lr:g}"] if args.lr != LR_DEFAULT else []
     changed += [f"rho{args.rho:g}"] if args.rho != RHO_DEFAULT else []
     changed += ["ard"] if args.ard else []
+    changed += [f"seed{args.seed}"] if args.seed else []
     suffix = "@" + ",".join(changed) if changed else ""
     for name in args.datasets:
         data = split(name)
@@ -300,7 +354,27 @@ def main(argv: list[str] | None = None) -> None:
             figures = measure(name, method, data, args.components)
             print(key, {k: figures[k] for k in ("J", "r2", "rmse", "fit_s")}, flush=True)
             new = records.record(key, figures, "regression.py", argv)
-            records.store(args.output, new, DESCRIPTION, tables)
+            stored = records.store(args.output, new, DESCRIPTION, tables)
+            if args.seed and suffix == f"{SEED_TAG}{args.seed}":
+                store_seed_mean(args.output, stored, f"{name}/{method}")
+
+
+def store_seed_mean(path: Path, stored: list[dict[str, Any]], key: str) -> None:
+    """Rewrite the record ``key@mean of seeds`` from the seed runs of ``key`` in ``stored``."""
+    figures = seed_mean(stored, key)
+    if figures is None:
+        return
+    seeds = sorted(
+        [0]
+        + [
+            int(r["name"].split(SEED_TAG)[1])
+            for r in stored
+            if r["name"].startswith(key + SEED_TAG)
+        ]
+    )
+    mean = records.record(key + MEAN_TAG, figures, "regression.py", None)
+    mean["command"] = f"the mean of the records {key} and {key}@seedK, K in {seeds[1:]}"
+    records.store(path, mean, DESCRIPTION, tables)
 
 
 if __name__ == "__main__":

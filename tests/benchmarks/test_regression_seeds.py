@@ -1,0 +1,69 @@
+"""benchmarks/regression.py over seeds: a run of another seed redraws the components, and
+the mean record over seeds is the mean of the stored runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.kernel_approximation import Nystroem
+from sklearn.linear_model import RidgeCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+regression = pytest.importorskip("regression")
+report = pytest.importorskip("report")
+
+
+def _r2(seed: int) -> float:
+    """``Nystroem`` + ``RidgeCV`` on diabetes drawn from ``seed``, computed here."""
+    x_train, x_test, y_train, y_test = regression.split("diabetes")
+    gamma = 1.0 / (x_train.shape[1] * x_train.var())
+    width = regression.components(len(x_train))
+    scale = StandardScaler().fit(y_train[:, None])
+    model = make_pipeline(
+        Nystroem(gamma=gamma, n_components=width, random_state=seed),
+        RidgeCV(alphas=np.logspace(-4, 2, 13)),
+    ).fit(x_train, scale.transform(y_train[:, None])[:, 0])
+    predicted = scale.inverse_transform(model.predict(x_test)[:, None])[:, 0]
+    return 1.0 - float(((y_test - predicted) ** 2).sum() / ((y_test - y_test.mean()) ** 2).sum())
+
+
+def test_seed_runs_and_their_mean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "regression.json"
+    args = ["--datasets", "diabetes", "--methods", "nystroem_ridge", "--output", str(out)]
+    regression.main([*args, "--seed", "1"])
+    regression.main([*args, "--seed", "2"])
+    names = [r["name"] for r in json.loads(out.read_text())["records"]]
+    assert "diabetes/nystroem_ridge@mean of seeds" not in names  # seed 0 is not stored yet
+    regression.main(args)
+    regression.main([*args, "--seed", "1", "--force"])  # the mean needs seed 0 too
+    data = json.loads(out.read_text())
+    by_name = {r["name"]: r for r in data["records"]}
+    r2 = [
+        by_name[f"diabetes/nystroem_ridge{tag}"]["figures"]["r2"]
+        for tag in ("", "@seed1", "@seed2")
+    ]
+    assert r2 == pytest.approx([_r2(0), _r2(1), _r2(2)], abs=1e-9)
+    assert len(set(r2)) == 3  # each seed draws other components
+    mean = by_name["diabetes/nystroem_ridge@mean of seeds"]
+    assert mean["figures"]["seeds"] == 3
+    assert mean["figures"]["r2"] == pytest.approx(sum(r2) / 3, abs=1e-12)
+    assert (mean["figures"]["r2_min"], mean["figures"]["r2_max"]) == (min(r2), max(r2))
+    assert mean["command"].endswith("K in [1, 2]")
+    assert data["tables"]["regression_seeds"]["rows"] == ["diabetes/nystroem_ridge@mean of seeds"]
+    assert not any("seed" in n for n in data["tables"]["regression_variants"]["rows"])
+    assert report.missing_fields(data) == []
+
+
+def test_no_mean_without_seed_0_or_from_one_run() -> None:
+    figures = {"dataset": "d", "method": "m", "J": 3, "r2": 0.5}
+    seed0 = {"name": "d/m", "figures": figures}
+    seed1 = {"name": "d/m@seed1", "figures": {**figures, "r2": 0.25}}
+    other = {"name": "d/m_other@seed1", "figures": figures}
+    assert regression.seed_mean([seed0, other], "d/m") is None
+    assert regression.seed_mean([seed1, other], "d/m") is None
+    mean = regression.seed_mean([seed0, seed1, other], "d/m")
+    assert mean is not None and (mean["seeds"], mean["r2"]) == (2, 0.375)
