@@ -64,6 +64,7 @@ from sklearn.linear_model import RidgeCV
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
+from suite_goals import SEED_TAG  # the classification suite's names of seed runs
 from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers import KernelRegressor, NystromLayer
@@ -100,8 +101,8 @@ HELD_OUT = 0.1
 #: Seed of the random draws of a run (``--seed``): landmarks, batches, held-out rows,
 #: ``Nystroem``'s components, ``DIRegressor``'s state.
 SEED = 0
-#: The variant tag of a run of another seed, and the name of the mean over seeds.
-SEED_TAG, MEAN_TAG = "@seed", "@mean of seeds"
+#: The name of the mean over seeds (a run of another seed is tagged ``SEED_TAG``).
+MEAN_TAG = "@mean of seeds"
 DESCRIPTION = (
     "Regression at the same J (min(200, training rows // 3)): test R^2, RMSE (target units) "
     "and fit seconds; 70/30 split random_state=0, features min-max scaled and targets "
@@ -302,15 +303,23 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _seed_runs(stored: list[dict[str, Any]], key: str) -> dict[int, dict[str, Any]]:
+    """The stored runs of ``key`` (``DATA/METHOD``) by seed: ``key`` itself is seed 0,
+    ``key@seedK`` seed ``K``."""
+    return {
+        0 if r["name"] == key else int(r["name"].removeprefix(key + SEED_TAG)): r["figures"]
+        for r in stored
+        if r["name"] == key or r["name"].startswith(key + SEED_TAG)
+    }
+
+
 def seed_mean(stored: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
     """The figures of the mean over seeds of the run ``key`` (``DATA/METHOD``): the seed-0
     record ``key`` and every ``key@seedK``; ``None`` unless seed 0 and another are stored."""
-    runs = [
-        r["figures"] for r in stored if r["name"] == key or r["name"].startswith(key + SEED_TAG)
-    ]
-    if len(runs) < 2 or not any(r["name"] == key for r in stored):
+    runs = _seed_runs(stored, key)
+    if len(runs) < 2 or 0 not in runs:
         return None
-    r2 = [float(f["r2"]) for f in runs]
+    r2 = [float(f["r2"]) for f in runs.values()]
     first = runs[0]
     return {
         "dataset": first["dataset"],
@@ -364,16 +373,9 @@ def store_seed_mean(path: Path, stored: list[dict[str, Any]], key: str) -> None:
     figures = seed_mean(stored, key)
     if figures is None:
         return
-    seeds = sorted(
-        [0]
-        + [
-            int(r["name"].split(SEED_TAG)[1])
-            for r in stored
-            if r["name"].startswith(key + SEED_TAG)
-        ]
-    )
+    others = sorted(_seed_runs(stored, key))[1:]
     mean = records.record(key + MEAN_TAG, figures, "regression.py", None)
-    mean["command"] = f"the mean of the records {key} and {key}@seedK, K in {seeds[1:]}"
+    mean["command"] = f"the mean of the records {key} and {key}@seedK, K in {others}"
     records.store(path, mean, DESCRIPTION, tables)
 
 
