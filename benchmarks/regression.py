@@ -346,6 +346,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ard", action="store_true", help="learn one bandwidth per feature (ARD)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random draws")
     args = parser.parse_args(argv)
+    if args.seed < 0:
+        parser.error(f"argument --seed: expected an integer >= 0, got {args.seed}")
     globals().update(LR=args.lr, RHO=args.rho, ARD=args.ard, SEED=args.seed)
     changed = [f"J{args.components}"] if args.components else []
     changed += [f"lr{args.lr:g}"] if args.lr != LR_DEFAULT else []

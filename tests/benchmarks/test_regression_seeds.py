@@ -67,3 +67,13 @@ def test_no_mean_without_seed_0_or_from_one_run() -> None:
     assert regression.seed_mean([seed1, other], "d/m") is None
     mean = regression.seed_mean([seed0, seed1, other], "d/m")
     assert mean is not None and (mean["seeds"], mean["r2"]) == (2, 0.375)
+
+
+def test_a_negative_seed_is_refused_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "regression.json"
+    with pytest.raises(SystemExit):
+        regression.main(["--datasets", "diabetes", "--seed", "-1", "--output", str(out)])
+    assert "argument --seed: expected an integer >= 0, got -1" in capsys.readouterr().err
+    assert not out.exists()
