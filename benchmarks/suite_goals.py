@@ -7,7 +7,8 @@ the test accuracy of the same map before training (``UntrainedBaseline``). The g
 1. ``di_trained`` >= the untrained map on every data set (against the same run's
    ``untrained_acc``, else the ``untrained`` record); and again on the mean over seeds
    where the data set has runs of other seeds too (records ``di_trained@seed<k>``); the
-   same two for ``di_trained_keep_best`` (the best epoch on validation);
+   same two for ``di_trained_keep_best`` (the best epoch on validation); a data set below
+   on the mean says by how much and the standard error of that difference over its seeds;
 2. ``diclassifier`` >= ``svc`` on at least three quarters of the data sets;
 3. ``diclassifier`` at most 1 point below ``svc_cv`` on average (data sets with both);
 4. ``diclassifier``'s fit at most 10 x ``svc``'s where ``svc`` takes over 1 s (data sets
@@ -16,6 +17,7 @@ the test accuracy of the same map before training (``UntrainedBaseline``). The g
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 __all__ = ["SEED_TAG", "datasets", "goals", "goals_table", "matrix", "seed_method"]
@@ -79,12 +81,16 @@ def _below(trained: float, untrained: float, rows: int | None) -> bool:
     return trained < untrained
 
 
-def _seed_means(runs: list[dict[str, Any]]) -> tuple[float, float, int]:
-    """Mean DI-trained and untrained accuracy over the runs of :func:`_seed_runs`, and
-    their number."""
-    trained = sum(float(f["acc"]) for f in runs) / len(runs)
-    untrained = sum(float(f["untrained_acc"]) for f in runs) / len(runs)
-    return trained, untrained, len(runs)
+def _seed_means(runs: list[dict[str, Any]]) -> tuple[float, float, int, float]:
+    """Mean DI-trained and untrained accuracy over the runs of :func:`_seed_runs`, their
+    number ``k``, and the standard error of the mean of the seeds' differences (trained
+    minus untrained, each seed against its own map): their sample standard deviation over
+    ``sqrt(k)``."""
+    trained = [float(f["acc"]) for f in runs]
+    untrained = [float(f["untrained_acc"]) for f in runs]
+    k = len(runs)
+    error = statistics.stdev(t - u for t, u in zip(trained, untrained, strict=True)) / k**0.5
+    return sum(trained) / k, sum(untrained) / k, k, error
 
 
 def _trained_goals(
@@ -111,8 +117,8 @@ def _trained_goals(
     seeded = [(name, *_seed_means(r)) for name, r in runs.items() if len(r) > 1]
     rows = {name: table[name][method].get("test_rows") for name, *_ in seeded}
     below = [
-        f"{n} ({t:.2f} < {u:.2f}, {k} seeds)"
-        for n, t, u, k in seeded
+        f"{n} ({t:.2f} < {u:.2f}, {k} seeds; difference {t - u:+.2f}, standard error {e:.2f})"
+        for n, t, u, k, e in seeded
         if _below(t * k, u * k, rows[n])  # the seeds' total correct rows
     ]
     out.append(

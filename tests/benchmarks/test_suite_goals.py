@@ -71,7 +71,12 @@ def test_the_seed_goal_compares_means_over_the_seeds() -> None:
         "detail": "1/1",
     }
     records[-1]["figures"]["acc"] = 60.0  # mean (70 + 80 + 60) / 3 = 70 < 73
-    assert goals_detail(records) == "0/1; below: b (70.00 < 73.00, 3 seeds)"
+    differences = np.array([70.0 - 72.0, 80.0 - 74.0, 60.0 - 73.0])  # -3 on the mean
+    error = differences.std(ddof=1) / np.sqrt(3)  # sqrt(91 / 3) = 5.51
+    assert goals_detail(records) == (
+        f"0/1; below: b (70.00 < 73.00, 3 seeds; difference -3.00, standard error {error:.2f})"
+    )
+    assert f"{error:.2f}" == "5.51"
     assert suite_goals.matrix(records)["b"]["di_trained@seed1"]["acc"] == 80.0
 
 
@@ -169,4 +174,7 @@ def test_the_same_correct_test_rows_are_a_tie() -> None:
     records[0]["figures"]["acc"] = 100 * 94 / 171
     goals = suite_goals.goals(records)
     assert goals[0]["detail"] == "0/1; below: b (54.97 < 55.56)"
-    assert goals[1]["detail"] == "0/1; below: b (54.97 < 55.26, 2 seeds)"
+    # differences -1 row of 171 (-0.58 points) and 0: mean -0.29, standard error 0.58 / 2
+    assert goals[1]["detail"] == (
+        "0/1; below: b (54.97 < 55.26, 2 seeds; difference -0.29, standard error 0.29)"
+    )
