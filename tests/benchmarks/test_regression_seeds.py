@@ -1,5 +1,6 @@
-"""benchmarks/regression.py over seeds: a run of another seed redraws the components, and
-the mean record over seeds is the mean of the stored runs."""
+"""benchmarks/regression.py: a run of another seed redraws the components, the mean
+record over seeds is the mean of the stored runs, and the linear baseline is scikit-learn's
+``RidgeCV``."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.compose import TransformedTargetRegressor
+from sklearn.datasets import load_diabetes
 from sklearn.kernel_approximation import Nystroem
 from sklearn.linear_model import RidgeCV
+from sklearn.metrics import r2_score
+from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 regression = pytest.importorskip("regression")
 report = pytest.importorskip("report")
@@ -77,3 +82,26 @@ def test_a_negative_seed_is_refused_before_anything_is_stored(
         regression.main(["--datasets", "diabetes", "--seed", "-1", "--output", str(out)])
     assert "argument --seed: expected an integer >= 0, got -1" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_linear_baseline_is_ridgecv_on_the_scaled_features(tmp_path: Path) -> None:
+    """``linear_ridge``: scikit-learn's ``RidgeCV`` on the min-max scaled features and
+    standardised targets, built here from the raw data; no kernel, so no ``J``."""
+    out = tmp_path / "regression.json"
+    regression.main(["--datasets", "diabetes", "--methods", "linear_ridge", "--output", str(out)])
+    data = json.loads(out.read_text())
+    (record,) = data["records"]
+    x, y = load_diabetes(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
+    model = TransformedTargetRegressor(
+        make_pipeline(MinMaxScaler(), RidgeCV(alphas=np.logspace(-4, 2, 13))),
+        transformer=StandardScaler(),
+    ).fit(x_train, y_train)
+    expected = r2_score(y_test, model.predict(x_test))
+    assert record["figures"]["r2"] == pytest.approx(expected, abs=1e-9)
+    assert record["figures"]["J"] is None
+    assert (
+        report.render("regression", tmp_path)
+        .splitlines()[2]
+        .startswith("| diabetes | linear `RidgeCV` (no kernel) | - | ")
+    )
