@@ -6,7 +6,7 @@ then measures
 * the relative errors ``||K - Phi Phi^T||_F / ||K||_F`` and the spectral-norm one
   (:class:`~kernel_layers.KernelApproximationError`, the map's own kernel in float64) on
   the first ``--rows`` test rows;
-* the test accuracy of the closed-form ridge read-out (``reproduce.evaluate``) on the
+* the test accuracy of the closed-form ridge read-out (``section5_readouts.evaluate``) on the
   map's features.
 
 Methods (Gaussian kernel, one ``gamma`` per data set: the recipes' cross-validated values
@@ -45,7 +45,8 @@ from typing import Any
 import records as record_fields
 import torch
 from lightning.pytorch import seed_everything
-from reproduce import RHO, evaluate, features_of, make_datamodule, train
+from section5_grid import RHO, make_datamodule, train
+from section5_readouts import evaluate, features_of
 from torch import Tensor
 
 from kernel_layers import (

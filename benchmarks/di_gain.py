@@ -28,7 +28,8 @@ import json
 import time
 
 import torch
-from reproduce import DATASETS, evaluate, features_of, make_datamodule
+from section5_grid import DATASETS, make_datamodule
+from section5_readouts import evaluate, features_of
 from torch import Tensor
 
 from kernel_layers import NystromLayer

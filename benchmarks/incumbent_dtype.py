@@ -2,7 +2,7 @@
 
 ``reproduce.py`` hands the incumbent float64 inputs (so that ``LinearSVC`` takes float64
 features without copying them). This times the incumbent's fit exactly as
-``reproduce.run_incumbent`` does (``Nystroem(gamma, n_components=J,
+``section5_grid.run_incumbent`` does (``Nystroem(gamma, n_components=J,
 random_state=seed)``, then ``LinearSVC(C=1, random_state=seed)`` on every training row)
 for each ``--dtypes`` entry in turn, and reports the map's and the SVM's seconds apart,
 liblinear's iteration count and the accuracies. Run one dtype per process (one per core,
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from reproduce import make_datamodule
+from section5_grid import make_datamodule
 
 __all__ = ["fit_incumbent", "main"]
 

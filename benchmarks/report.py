@@ -144,12 +144,12 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def _section5_table(spec: dict[str, Any], results: Path) -> str:
-    import reproduce
+    import section5_results
 
-    rows = reproduce.read_csv(results / spec["source"])
+    rows = section5_results.read_csv(results / spec["source"])
     if "methods" in spec:
         rows = [row for row in rows if row["method"] in spec["methods"]]
-    return reproduce.markdown_table(rows, key=spec.get("key", "test_acc"))
+    return section5_results.markdown_table(rows, key=spec.get("key", "test_acc"))
 
 
 def _schedule_table(spec: dict[str, Any], results: Path) -> str:

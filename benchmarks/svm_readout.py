@@ -37,7 +37,7 @@ import warnings
 from typing import Any
 
 import torch
-from reproduce import EVAL_BATCH, evaluate  # the grid's read-outs (script directory)
+from section5_readouts import EVAL_BATCH, evaluate  # the grid's read-outs (script directory)
 from torch import Tensor
 
 from kernel_layers import KernelClassifier

@@ -37,39 +37,16 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch import Callback, seed_everything
+from reproduce import quiet_lightning  # sibling scripts (the script directory)
+from section5_grid import DATASETS, RHO, make_datamodule, make_layer, train
+from section5_readouts import evaluate, features_of
+from section5_results import format_mean_std, read_csv
 from typing_extensions import override
 
 from kernel_layers import KernelClassifier
 from kernel_layers.cli.allocator import keep_freed_host_memory
 from kernel_layers.selection.gamma import gamma_heuristic
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO
-
-try:  # run as a script from the repository root or as benchmarks.time_to_accuracy
-    from reproduce import (
-        DATASETS,
-        RHO,
-        evaluate,
-        features_of,
-        format_mean_std,
-        make_datamodule,
-        make_layer,
-        quiet_lightning,
-        read_csv,
-        train,
-    )
-except ImportError:  # pragma: no cover
-    from benchmarks.reproduce import (
-        DATASETS,
-        RHO,
-        evaluate,
-        features_of,
-        format_mean_std,
-        make_datamodule,
-        make_layer,
-        quiet_lightning,
-        read_csv,
-        train,
-    )
 
 
 class StepDecay(Callback):

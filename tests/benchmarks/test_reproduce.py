@@ -1,4 +1,5 @@
-"""Smoke test of the paper-reproduction script (benchmarks/reproduce.py), offline on digits."""
+"""Smoke test of the paper-reproduction script (benchmarks/reproduce.py) and its grid,
+read-outs and results (benchmarks/section5_*.py), offline on digits."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 from formats import make_mnist_dir, write_covtype, write_letter
 
 reproduce = pytest.importorskip("reproduce")
+grid = pytest.importorskip("section5_grid")
+readouts = pytest.importorskip("section5_readouts")
+results = pytest.importorskip("section5_results")
 
 
 def test_quick_digits(tmp_path: Path) -> None:
@@ -29,8 +33,8 @@ def test_quick_digits(tmp_path: Path) -> None:
         assert row["train_mse"] > 0 and row["test_mse"] > 0
         assert row["epochs"] == (0 if row["objective"] == "none" else 2)
     assert math.isnan(rows[0]["readout_test_acc"]) and not math.isnan(rows[-1]["readout_test_acc"])
-    written = reproduce.read_csv(tmp_path / "digits.csv")
-    assert len(written) == len(methods) and set(written[0]) == set(reproduce.FIELDS)
+    written = results.read_csv(tmp_path / "digits.csv")
+    assert len(written) == len(methods) and set(written[0]) == set(results.FIELDS)
     assert (tmp_path / "digits_accuracy.png").stat().st_size > 0
     assert (tmp_path / "digits_mse.png").stat().st_size > 0
 
@@ -71,13 +75,13 @@ def test_quick_runs_unchanged_on_the_paper_datasets(
 
 
 def test_expand_methods() -> None:
-    assert reproduce.expand_methods(["ls", "di-fourier"]) == [
+    assert grid.expand_methods(["ls", "di-fourier"]) == [
         "di-fourier",
         "ls-nystrom",
         "ls-fourier",
     ]
     with pytest.raises(ValueError, match="unknown method 'svm'"):
-        reproduce.expand_methods(["svm"])
+        grid.expand_methods(["svm"])
 
 
 def test_merge_of_parallel_runs_reports_mean_and_std(tmp_path: Path) -> None:
@@ -92,7 +96,7 @@ def test_merge_of_parallel_runs_reports_mean_and_std(tmp_path: Path) -> None:
         (r["method"], r["repeat"]) for r in first + second
     ]
     assert (tmp_path / "both_accuracy.png").stat().st_size > 0
-    table = reproduce.results_table(merged).splitlines()
+    table = results.results_table(merged).splitlines()
     assert table[0].startswith("| method | J | repeats | ridge acc | SVM acc |")
     row = next(line for line in table if line.startswith("| di-fourier | 16 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -109,7 +113,7 @@ def test_markdown_table_spread_only_over_several_repeats() -> None:
         {"method": "di-nystrom", "J": 20, "test_acc": 0.8125},
         {"method": "standard-nystrom", "J": 10, "test_acc": 0.25},
     ]
-    lines = reproduce.markdown_table(rows).splitlines()
+    lines = results.markdown_table(rows).splitlines()
     assert lines[0] == "| method | J=10 | J=20 |"
     std = 100 * statistics.stdev([0.5, 0.7])
     # METHODS order: untrained maps first; no spread for one repeat, empty cell if not run.
@@ -125,14 +129,14 @@ def test_spread_only_over_the_repeats_that_measured_the_figure() -> None:
         {"method": "di-nystrom", "J": 10, "test_acc": 0.7, "svm_test_acc": nan},
         {"method": "di-nystrom", "J": 10, "test_acc": 0.6, "svm_test_acc": nan},
     ]
-    assert reproduce.markdown_table(rows, key="svm_test_acc").splitlines()[2] == (
+    assert results.markdown_table(rows, key="svm_test_acc").splitlines()[2] == (
         "| di-nystrom | 62.50 |"
     )
     std = 100 * statistics.stdev([0.5, 0.7, 0.6])
-    assert reproduce.markdown_table(rows).splitlines()[2] == f"| di-nystrom | 60.00 ± {std:.2f} |"
+    assert results.markdown_table(rows).splitlines()[2] == f"| di-nystrom | 60.00 ± {std:.2f} |"
     for row in rows:
         row.update(train_mse=0.1, test_mse=0.2, epochs=3, seconds=1.0)
-    cells = [c.strip() for c in reproduce.results_table(rows).splitlines()[2].split("|")[1:-1]]
+    cells = [c.strip() for c in results.results_table(rows).splitlines()[2].split("|")[1:-1]]
     assert cells[2] == "3" and cells[3] == f"60.00 ± {std:.2f}" and cells[4] == "62.50"
 
 
@@ -148,7 +152,7 @@ def test_incumbent_row_and_resume(tmp_path: Path) -> None:
     assert row["method"] == "sklearn-nystroem" and row["seconds"] > 0
     # the same pipeline by hand, on the same scaled data (in float64, which spares
     # LinearSVC its float64 copy of the features) and seed
-    dm = reproduce.make_datamodule("digits", 16, root=None)
+    dm = grid.make_datamodule("digits", 16, root=None)
     dm.setup("fit")
     (xtr, ytr), (xte, yte) = dm.train_dataset.tensors, dm.test_dataset.tensors
     xtr64, xte64 = xtr.double().numpy(), xte.double().numpy()
@@ -166,7 +170,7 @@ def test_incumbent_row_and_resume(tmp_path: Path) -> None:
         ("standard-nystrom", 1),
         ("sklearn-nystroem", 1),
     ]
-    assert len(reproduce.read_csv(tmp_path / "digits.csv")) == 4
+    assert len(results.read_csv(tmp_path / "digits.csv")) == 4
 
 
 def test_svm_c_chosen_by_cross_validation(tmp_path: Path) -> None:
@@ -181,19 +185,19 @@ def test_svm_c_chosen_by_cross_validation(tmp_path: Path) -> None:
     x, y = np.random.default_rng(0).normal(size=(300, 5)), np.arange(300) % 3
     x[:, 0] += 2.0 * y  # separable along one column: a tiny C underfits
     cs = [1e-5, 1.0]
-    chosen = reproduce.choose_svm_c(x, y, cs, seed=0)
+    chosen = readouts.choose_svm_c(x, y, cs, seed=0)
     search = GridSearchCV(
         make_pipeline(StandardScaler(), LinearSVC(random_state=0)),
         {"linearsvc__C": cs},
         cv=StratifiedKFold(3, shuffle=True, random_state=0),
     ).fit(x, y)
     assert chosen == search.best_params_["linearsvc__C"] == 1.0
-    assert reproduce.choose_svm_c(x, y, [0.3], seed=0) == 0.3  # one value: no search
+    assert readouts.choose_svm_c(x, y, [0.3], seed=0) == 0.3  # one value: no search
 
     common = ["--dataset", "digits", "--quick", "--dims", "16", "--out", str(tmp_path)]
     old = [{k: v for k, v in row.items() if k != "svm_c"} for row in reproduce.main(common)]
     with open(tmp_path / "digits.csv", "w", newline="") as fh:  # the layout before svm_c
-        writer = csv.DictWriter(fh, fieldnames=[f for f in reproduce.FIELDS if f != "svm_c"])
+        writer = csv.DictWriter(fh, fieldnames=[f for f in results.FIELDS if f != "svm_c"])
         writer.writeheader()
         writer.writerows(old)
     rows = reproduce.main(
@@ -204,8 +208,8 @@ def test_svm_c_chosen_by_cross_validation(tmp_path: Path) -> None:
         ]
     )
     assert float(rows[0]["svm_c"]) in (0.01, 1.0, 100.0)
-    written = reproduce.read_csv(tmp_path / "digits.csv")
-    assert list(written[0]) == reproduce.FIELDS and len(written) == len(old) + 1
+    written = results.read_csv(tmp_path / "digits.csv")
+    assert list(written[0]) == results.FIELDS and len(written) == len(old) + 1
     assert written[-1]["svm_c"] == str(rows[0]["svm_c"]) and written[0]["svm_c"] == ""
 
 
@@ -215,10 +219,10 @@ def test_replace_runs_the_grid_again(tmp_path: Path, capsys: pytest.CaptureFixtu
     common = ["--dataset", "digits", "--quick", "--dims", "16", "--out", str(tmp_path)]
     reproduce.main([*common, "--methods", "standard-nystrom", "incumbent", "--no-svm"])
     path = tmp_path / "digits.csv"
-    stale = reproduce.read_csv(path)
+    stale = results.read_csv(path)
     for row in stale:
         row["test_acc"] = "-1"  # a figure the re-run must replace
-    reproduce.write_csv(path, stale)
+    results.write_csv(path, stale)
     again = reproduce.main(
         [
             *common,
@@ -232,9 +236,9 @@ def test_replace_runs_the_grid_again(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert [r["method"] for r in again] == ["standard-nystrom"]
     # each new row takes its old one's place; no file is left beside the CSV
-    assert [r["method"] for r in reproduce.read_csv(path)] == [r["method"] for r in stale]
+    assert [r["method"] for r in results.read_csv(path)] == [r["method"] for r in stale]
     assert not list(tmp_path.glob("*.partial"))
-    written = {r["method"]: r for r in reproduce.read_csv(path)}
+    written = {r["method"]: r for r in results.read_csv(path)}
     assert float(written["standard-nystrom"]["test_acc"]) == again[0]["test_acc"] > 0
     assert written["standard-nystrom"]["svm_test_acc"] != "nan"  # the SVM read-out now
     assert written["sklearn-nystroem"]["test_acc"] == "-1"  # outside the grid: kept
