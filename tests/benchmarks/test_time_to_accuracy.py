@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 tta = pytest.importorskip("time_to_accuracy")
+recipe_curve = pytest.importorskip("recipe_curve")
 
 
 def test_schedules_seeds_and_merge(tmp_path: Path) -> None:
@@ -59,6 +60,7 @@ def test_recipe_curve_with_incumbents(tmp_path: Path) -> None:
     assert all(0.5 < p["test_acc"] <= 1 for p in run["curve"])
     assert [i["method"] for i in run["incumbents"]] == ["Nystroem + LinearSVC", "Nystroem + ridge"]
     assert curves.with_suffix(".png").stat().st_size > 0
-    assert tta.settings(["--data.init_args.root", "/x", "--model.lr", "1e-2"]) == "--model.lr 1e-2"
-    table = tta.curve_table([run])
+    extra = ["--data.init_args.root", "/x", "--model.lr", "1e-2"]
+    assert recipe_curve.settings(extra) == "--model.lr 1e-2"
+    table = recipe_curve.curve_table([run])
     assert "| quickstart | --trainer.max_epochs 4 | 20 |" in table
