@@ -37,6 +37,9 @@ Two more tables follow in the same run (skip them with ``--no-throughput`` /
   with ``B = 2J`` and ``d = 784``, against ``(B J + J^2) x itemsize`` and their ratio
   (constant when the peak follows ``B J + J^2``).
 
+The steps and their clock are in ``di_step_ops.py``, the memory measurement in
+``di_step_memory.py``; this script is the command line and the tables.
+
 Usage::
 
     python benchmarks/di_step.py                       # the three sizes of the bar, CPU
@@ -49,16 +52,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
+from di_step_memory import memory_scaling_table, peak_memory
+from di_step_ops import (
+    GAMMA,
+    JITTER32,
+    NUM_CLASSES,
+    SIZES,
+    make_steps,
+    median_ratio,
+    time_interleaved,
+)
 
 from kernel_layers import (
     FourierLayer,
@@ -67,147 +76,6 @@ from kernel_layers import (
     nystrom_discriminant_information,
 )
 from kernel_layers.cli.allocator import keep_freed_host_memory
-from kernel_layers.layers.nystrom import default_jitter
-from kernel_layers.numerics.linalg import gram_matrix
-from kernel_layers.numerics.precision import SOLVE_DTYPE, kernel_dtype
-
-SIZES = [(1000, 54, 500), (2000, 784, 1000), (4000, 784, 2000)]
-NUM_CLASSES = 10
-GAMMA = 0.01
-#: Relative jitter of K_Z in both dtypes of the agreement table (float32's default).
-JITTER32 = default_jitter(torch.float32)
-#: glibc mmap threshold (bytes) of the memory-scaling subprocesses (see :func:`peak_memory`).
-MMAP_THRESHOLD = 1 << 17
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _time_once(fn: Callable[[], object], device: torch.device) -> float:
-    """Seconds of one call: CUDA events on a GPU (device time, no host clock), else the
-    host's ``perf_counter``."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-    start_s = time.perf_counter()
-    fn()
-    return time.perf_counter() - start_s
-
-
-def time_interleaved(
-    steps: dict[str, Callable[[], object]], device: torch.device, repeats: int
-) -> dict[str, list[float]]:
-    """Wall times (s) of each step, measured round-robin after one warm-up call each.
-
-    Interleaving exposes every step to the same background load, so per-round ratios
-    are more stable than ratios of separately measured medians.
-    """
-    for fn in steps.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, fn in steps.items():
-            times[name].append(_time_once(fn, device))
-    return times
-
-
-def _median_ratio(num: list[float], den: list[float]) -> float:
-    return statistics.median(n / d for n, d in zip(num, den, strict=True))
-
-
-def _naive_di(phi: torch.Tensor, y: torch.Tensor, ridge: torch.Tensor) -> torch.Tensor:
-    """DI with plain autograd: ``tr(M^T (Phi_c^T Phi_c + R)^-1 M)``."""
-    pc, yc = phi - phi.mean(0), y - y.mean(0)
-    m = pc.T @ yc
-    return (m * torch.linalg.solve(pc.T @ pc + ridge, m)).sum()
-
-
-def make_steps(
-    layer: str,
-    b: int,
-    d: int,
-    j: int,
-    device: torch.device,
-    dtype: torch.dtype,
-    *,
-    floor_operands: bool = True,
-):
-    """Return ``{"ours", "floor", "naive"}`` closures for one configuration, with
-    ``"floor64"`` for Nystrom.
-
-    ``floor_operands=False`` skips allocating the floor's operands (for memory runs).
-    """
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(b, d, generator=gen).to(device, dtype)
-    labels = torch.randint(0, NUM_CLASSES, (b,), generator=gen).to(device)
-    y = torch.nn.functional.one_hot(labels, NUM_CLASSES).to(dtype)
-    y = y / y.sum(0).clamp_min(1).sqrt()
-    if floor_operands:
-        w = torch.randn(d, j, generator=gen).to(device, dtype)
-        big = torch.randn(b, j, generator=gen).to(device, dtype)
-        small = torch.randn(j, j, generator=gen).to(device, dtype)
-        wide = kernel_dtype(dtype, d, j)
-        x_k, w_k, big_k, small_k = (t.to(wide) for t in (x, w, big, small))
-        joint = torch.randn(b, j + NUM_CLASSES, generator=gen, dtype=SOLVE_DTYPE).to(device)
-        spd = torch.randn(j, 2 * j, generator=gen, dtype=SOLVE_DTYPE).to(device)
-        spd = spd @ spd.T  # a positive definite matrix of order J to factorise
-    if layer == "fourier":
-        fourier = FourierLayer(d, j, gamma=GAMMA, seed=0, device=device, dtype=dtype)
-
-        def ours() -> None:
-            fourier.zero_grad(set_to_none=True)
-            discriminant_information(fourier(x), labels, num_classes=NUM_CLASSES).backward()
-
-        def naive() -> None:
-            fourier.zero_grad(set_to_none=True)
-            eye = torch.eye(j, device=device, dtype=dtype) * 1e-4
-            _naive_di(fourier(x), y, eye).backward()
-
-        def floor() -> None:
-            torch.mm(x, w)
-            torch.mm(big.T, big)
-            torch.mm(x.T, big)
-
-        steps: dict[str, Callable[[], None]] = {"ours": ours, "floor": floor, "naive": naive}
-    else:
-        z = x[:j].clone().requires_grad_(True)
-
-        def ours() -> None:
-            z.grad = None
-            nystrom_discriminant_information(
-                x, labels, z, gamma=GAMMA, num_classes=NUM_CLASSES
-            ).backward()
-
-        def naive() -> None:
-            z.grad = None
-            g = torch.exp(-GAMMA * torch.cdist(x, z).square())
-            k = torch.exp(-GAMMA * torch.cdist(z, z).square())
-            k = k + 1e-6 * torch.eye(j, device=device, dtype=dtype)
-            _naive_di(g, y, 1e-4 * k).backward()
-
-        def floor() -> None:
-            torch.mm(x, w)  # X Z^T
-            torch.mm(big.T, big)  # G^T G
-            torch.mm(big.T, x)  # dH^T X
-            torch.mm(w.T, w)  # Z Z^T
-            torch.mm(small, w.T)  # dK Z
-
-        def floor64() -> None:
-            torch.mm(x_k, w_k)  # X Z^T in the kernel dtype
-            gram_matrix(joint)  # [G_c, Y_c]^T [G_c, Y_c], float64
-            torch.linalg.cholesky_ex(spd)  # of G^T C G + rho K_Z, float64
-            torch.mm(big_k.T, x_k)  # dH^T X
-            torch.mm(w_k.T, w_k)  # Z Z^T
-            torch.mm(small_k, w_k.T)  # dK Z
-
-        steps = {"ours": ours, "floor": floor, "naive": naive, "floor64": floor64}
-    return steps
 
 
 def real_data(root: str | None, data_home: str | None) -> dict[int, tuple[torch.Tensor, ...]]:
@@ -310,72 +178,6 @@ def agreement_table(
     return rows
 
 
-def _status_kib(field: str) -> int:
-    """A ``/proc/self/status`` field (``VmRSS``, ``VmHWM``) in KiB."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def measure_peak(layer: str, b: int, d: int, j: int, device: str, dtype: str) -> float:
-    """Peak extra memory (MiB) of one ``ours`` step in this process.
-
-    CUDA: ``max_memory_allocated`` growth. CPU: the resident-set high-water mark
-    (``VmHWM``, reset through ``/proc/self/clear_refs``) above the resident set before
-    the step, after one warm-up step.
-    """
-    dev = torch.device(device)
-    steps = make_steps(layer, b, d, j, dev, getattr(torch, dtype), floor_operands=False)
-    steps["ours"]()
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        base = torch.cuda.memory_allocated(dev)
-        steps["ours"]()
-        torch.cuda.synchronize(dev)
-        return (torch.cuda.max_memory_allocated(dev) - base) / 2**20
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    base = _status_kib("VmRSS")
-    steps["ours"]()
-    return (_status_kib("VmHWM") - base) / 1024
-
-
-def peak_memory(
-    layer: str,
-    b: int,
-    d: int,
-    j: int,
-    device: str,
-    dtype: str,
-    *,
-    mmap_threshold: int | None = None,
-) -> float:
-    """:func:`measure_peak` in a fresh subprocess (so earlier runs do not pollute it).
-
-    ``mmap_threshold`` (bytes) fixes glibc's ``MALLOC_MMAP_THRESHOLD_`` in the subprocess, so
-    every larger buffer is mapped on allocation and unmapped on release: the resident-set
-    high-water mark then sees each step's buffers even when a warm-up step freed same-sized
-    ones (glibc's default dynamic threshold keeps such blocks resident and reuses them).
-    """
-    env = dict(os.environ)
-    if mmap_threshold is not None:
-        env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
-    # This file's own folder, not the working directory's `benchmarks/`: the script runs
-    # from any directory.
-    here = str(Path(__file__).resolve().parent)
-    code = (
-        f"import sys; sys.path.insert(0, {here!r}); from di_step import measure_peak;"
-        f"print(measure_peak('{layer}', {b}, {d}, {j}, '{device}', '{dtype}'))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-    )
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def make_maps(
     b: int, d: int, j: int, device: torch.device, dtype: torch.dtype
 ) -> dict[str, Callable[[], object]]:
@@ -431,35 +233,6 @@ def throughput_table(
             f"{rate['rbfsampler']:.3g} | {rate['nystrom']:.3g} | {rate['nystroem']:.3g} |",
             flush=True,
         )
-    return rows
-
-
-def memory_scaling_table(
-    dims: list[int], layers: list[str], device: str, dtype_name: str, d: int = 784
-) -> list[dict[str, float]]:
-    """Print and return peak memory of one DI step for ``B = 2J`` vs ``B J + J^2``."""
-    itemsize = getattr(torch, dtype_name).itemsize
-    print(
-        "\n| layer | B | d | J | peak MiB | (BJ+J^2) x itemsize MiB | peak / (BJ+J^2) | "
-        "growth vs previous J | (BJ+J^2) growth |"
-    )
-    print("|---" * 9 + "|")
-    rows = []
-    for layer in layers:
-        prev = None
-        for j in dims:
-            b = 2 * j
-            peak = peak_memory(layer, b, d, j, device, dtype_name, mmap_threshold=MMAP_THRESHOLD)
-            theory = (b * j + j * j) * itemsize / 2**20
-            growth = f"{peak / prev[0]:.2f}x" if prev and prev[0] > 0 else "-"
-            tgrowth = f"{theory / prev[1]:.2f}x" if prev else "-"
-            prev = (peak, theory)
-            rows.append({"layer": layer, "B": b, "d": d, "J": j, "peak_mib": peak})
-            print(
-                f"| {layer} | {b} | {d} | {j} | {peak:.0f} | {theory:.1f} | "
-                f"{peak / theory:.2f} | {growth} | {tgrowth} |",
-                flush=True,
-            )
     return rows
 
 
@@ -545,14 +318,14 @@ def main(argv: list[str] | None = None) -> None:
                     "ours_ms": 1e3 * med["ours"],
                     "floor_ms": 1e3 * med["floor"],
                     "naive_ms": 1e3 * med.get("naive", nan),
-                    "ratio": _median_ratio(t["ours"], t["floor"]),
-                    "naive_ratio": _median_ratio(t["naive"], t["floor"]) if "naive" in t else nan,
+                    "ratio": median_ratio(t["ours"], t["floor"]),
+                    "naive_ratio": median_ratio(t["naive"], t["floor"]) if "naive" in t else nan,
                     "floor64_ms": 1e3 * med.get("floor64", nan),
                     "floor64_ratio": (
-                        _median_ratio(t["floor64"], t["floor"]) if "floor64" in t else nan
+                        median_ratio(t["floor64"], t["floor"]) if "floor64" in t else nan
                     ),
                     "ours_floor64_ratio": (
-                        _median_ratio(t["ours"], t["floor64"]) if "floor64" in t else nan
+                        median_ratio(t["ours"], t["floor64"]) if "floor64" in t else nan
                     ),
                     "peak_mib": mem,
                     "theory_mib": theory,
