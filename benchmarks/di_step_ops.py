@@ -64,6 +64,7 @@ def time_interleaved(
 
 
 def median_ratio(num: list[float], den: list[float]) -> float:
+    """The median of the per-round ratios ``num[i] / den[i]`` (times of one round)."""
     return statistics.median(n / d for n, d in zip(num, den, strict=True))
 
 

@@ -31,6 +31,7 @@ def features_of(layer: nn.Module, x: Tensor) -> Tensor:
 
 
 def accuracy(scores: Tensor, y: Tensor) -> float:
+    """The fraction of rows whose highest score (``scores [N, L]``) is their label ``y [N]``."""
     return float((scores.argmax(1) == y).double().mean())
 
 
