@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.datasets import make_friedman1
+import torch
+from sklearn.datasets import load_diabetes, make_friedman1
 from sklearn.kernel_approximation import Nystroem
-from sklearn.linear_model import RidgeCV
+from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from kernel_layers.sklearn import DIRegressor
-from kernel_layers.sklearn.readout import fit_loo_ridge_targets
+from kernel_layers.sklearn import DIRegressor, regressor
+from kernel_layers.sklearn.readout import (
+    ALPHAS,
+    fit_loo_ridge_targets,
+    held_out_alpha,
+    scale_of,
+)
 
 #: Quick fits; J from the rows (the default), as the checks score the fit on 200 rows.
 FAST = {"max_epochs": 2, "random_state": 0}
@@ -88,3 +96,66 @@ def test_bad_targets_are_refused() -> None:
         DIRegressor(max_epochs=1).fit(x, np.where(np.arange(len(y)) == 3, np.nan, y))
     with pytest.raises(ValueError, match="could not convert string to float"):
         DIRegressor(max_epochs=1).fit(x, np.array(["a"] * len(y)))
+
+
+def test_held_out_penalty_matches_scikit_learn_ridge_over_the_grid() -> None:
+    """``held_out_alpha`` against scikit-learn's ``Ridge`` (with intercept) fitted on the
+    fit rows at each penalty of the grid, scored on the held-out rows."""
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(120, 30))
+    targets = features[:, :3] @ np.array([[1.0], [-2.0], [0.5]]) + 2.0 * rng.normal(size=(120, 1))
+    fit, held = features[:90], features[90:]
+    relative = held_out_alpha(fit, targets[:90], held, targets[90:])
+    scale = ((fit - fit.mean(0)) ** 2).sum() / fit.shape[1]
+    y_fit, y_held = targets[:90, 0], targets[90:, 0]  # one target, as a vector
+    errors = [
+        float(((Ridge(alpha=a * scale).fit(fit, y_fit).predict(held) - y_held) ** 2).sum())
+        for a in ALPHAS
+    ]
+    assert relative == ALPHAS[int(np.argmin(errors))]
+    assert ALPHAS[0] < relative < ALPHAS[-1]  # an inner choice: the grid's ends are not it
+
+
+def test_a_trained_map_is_read_out_with_the_penalty_of_its_held_out_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The penalty of a trained map's read-out is the one its held-out rows choose (on
+    the others' read-out), rescaled to the features of every row; the untrained map keeps
+    leave-one-out's."""
+    calls: list[tuple[np.ndarray, ...]] = []
+
+    def spy(*args: np.ndarray) -> float:
+        calls.append(args)
+        return held_out_alpha(*args)
+
+    monkeypatch.setattr(regressor, "held_out_alpha", spy)
+    x_train, _, y_train, _ = _friedman()
+    model = DIRegressor(n_components=60, random_state=0, max_epochs=15).fit(x_train, y_train)
+    assert model.best_epoch_ > 0 and len(calls) == 1
+    fit, _, held, _ = calls[0]
+    assert (len(fit), len(held)) == (540, 60)  # 10 % of the 600 rows held out
+    with torch.no_grad():
+        features = model.layer_(torch.tensor(x_train, dtype=torch.float64)).numpy()
+    z = (y_train[:, None] - model.target_mean_) / model.target_scale_
+    expected = held_out_alpha(*calls[0]) * scale_of(features)
+    assert model.readout_.alpha == pytest.approx(expected, rel=1e-12)
+    untrained = DIRegressor(n_components=60, random_state=0, max_epochs=0).fit(x_train, y_train)
+    assert len(calls) == 1  # not asked for the untrained map
+    with torch.no_grad():
+        plain = untrained.layer_(torch.tensor(x_train, dtype=torch.float64)).numpy()
+    assert untrained.readout_.alpha == fit_loo_ridge_targets(plain, z).alpha
+
+
+def test_a_trained_map_on_few_noisy_rows_keeps_a_sound_read_out() -> None:
+    """scikit-learn's diabetes, 70/30 split: at ``random_state=1`` the map kept is a
+    trained one, and leave-one-out on the rows it was trained on chose a penalty that
+    read out their noise (test ``R^2`` below 0); the held-out rows' penalty keeps the
+    test ``R^2`` near the untrained map's."""
+    x, y = load_diabetes(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
+    scale = MinMaxScaler().fit(x_train)
+    x_train, x_test = scale.transform(x_train), scale.transform(x_test)
+    model = DIRegressor(random_state=1).fit(x_train, y_train)
+    untrained = DIRegressor(random_state=1, max_epochs=0).fit(x_train, y_train)
+    assert model.best_epoch_ > 0
+    assert model.score(x_test, y_test) > untrained.score(x_test, y_test) - 0.1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from numbers import Integral
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ __all__ = [
     "MAPS",
     "SCORE_ROWS",
     "DIFeatures",
+    "LearnedMap",
     "as_random_state",
     "build_map",
     "check_params",
@@ -159,6 +160,17 @@ def ridge_score(
     return score
 
 
+class LearnedMap(NamedTuple):
+    """What :func:`learn_map` hands back besides the estimator's fitted attributes."""
+
+    #: The training rows as a float64 tensor on the estimator's device ``[N, D]``.
+    x: torch.Tensor
+    #: Indices of the rows the map was trained on, and of the held-out rows (empty
+    #: without training or held-out rows).
+    fit: np.ndarray
+    held: np.ndarray
+
+
 def learn_map(
     estimator: Any,
     X: np.ndarray,
@@ -167,7 +179,7 @@ def learn_map(
     trains: bool,
     num_classes: int | None,
     score_of: Callable[..., Any],
-) -> torch.Tensor:
+) -> LearnedMap:
     """What both estimators' ``fit`` share: build the map on ``X [N, D]`` and (if
     ``trains``) train it by :func:`~kernel_layers.sklearn.training.train_map` against
     ``targets`` (labels ``[N]`` with ``num_classes``, or a float matrix ``[N, L]`` with
@@ -175,7 +187,8 @@ def learn_map(
     labels) scored by ``score_of(x_fit, targets_fit, x_held, targets_held)``. Sets the
     fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``rho_``, ``di_history_``,
     ``validation_scores_``, ``best_epoch_``, ``lr_decay_epochs_``) and returns ``X`` as a
-    float64 tensor on ``device``."""
+    float64 tensor on ``device`` with the indices of the rows trained on and held out
+    (:class:`LearnedMap`)."""
     owner = type(estimator).__name__
     seed = int(as_random_state(owner, estimator.random_state).randint(2**31 - 1))
     x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
@@ -220,7 +233,7 @@ def learn_map(
     estimator.validation_scores_ = [s[0] for s in result.score_history]
     estimator.best_epoch_ = result.best_epoch
     estimator.lr_decay_epochs_ = result.lr_decay_epochs
-    return x
+    return LearnedMap(x, fit, held)
 
 
 class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):

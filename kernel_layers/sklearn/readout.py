@@ -26,6 +26,7 @@ __all__ = [
     "fit_loo_ridge",
     "fit_loo_ridge_targets",
     "fit_ridge",
+    "held_out_alpha",
     "loo_ridge_scores",
     "scale_of",
 ]
@@ -227,3 +228,28 @@ def fit_loo_ridge_targets(
         r2 = float((1 - error[best] / total.clamp_min(torch.finfo(total.dtype).tiny)).mean())
     coef, intercept = found.weights(alpha)
     return LooRidge(coef.numpy(), intercept.numpy(), alpha, 1.0, r2)
+
+
+def held_out_alpha(
+    fit: np.ndarray, fit_targets: np.ndarray, held: np.ndarray, held_targets: np.ndarray
+) -> float:
+    """The penalty, in units of :func:`scale_of` of ``fit``, among :data:`ALPHAS` whose
+    ridge read-out fitted on the rows ``fit [N, J]`` (targets ``fit_targets [N, L]``) has
+    the least squared error on held-out rows ``held [M, J]`` (targets ``held_targets
+    [M, L]``); ties go to the larger penalty.
+
+    Leave-one-out on the rows a map was trained on favours too small a penalty: the
+    features have moved to fit those very rows, so each row's leave-one-out residual is
+    small whatever the penalty, and the penalty chosen by it can read out the rows' noise.
+    Rows the map never saw judge the penalty without that bias.
+    """
+    found = _Decomposition(fit, torch.as_tensor(fit_targets, dtype=torch.float64), None)
+    scale = scale_of(fit)
+    rows = torch.as_tensor(held, dtype=torch.float64)
+    truth = torch.as_tensor(held_targets, dtype=torch.float64)
+    errors = []
+    for relative in ALPHAS:
+        coef, intercept = found.weights(float(relative) * scale)
+        errors.append(float(((rows @ coef + intercept - truth) ** 2).sum()))
+    best = min(range(len(ALPHAS)), key=lambda i: (errors[i], -i))  # ties: the larger
+    return float(ALPHAS[best])

@@ -12,7 +12,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.sklearn.features import check_params, learn_map
-from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge_targets, scale_of
+from kernel_layers.sklearn.readout import (
+    LooRidge,
+    fit_loo_ridge_targets,
+    held_out_alpha,
+    scale_of,
+)
 from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
 __all__ = ["DIRegressor", "r2_score_of"]
@@ -58,8 +63,12 @@ class DIRegressor(RegressorMixin, BaseEstimator):
     standardised target matrix (the DI paper's general form) with
     :func:`~kernel_layers.sklearn.training.train_map`, the map kept at its best held-out
     ``R^2`` (the untrained map included). The read-out is a ridge regression on the
-    features whose penalty is chosen by closed-form leave-one-out
-    (:func:`~kernel_layers.sklearn.readout.fit_loo_ridge_targets`).
+    features of every training row. Its penalty is chosen by closed-form leave-one-out
+    (:func:`~kernel_layers.sklearn.readout.fit_loo_ridge_targets`) for the untrained
+    map; for a trained map, by the least squared error on the held-out rows of a
+    read-out fitted on the others
+    (:func:`~kernel_layers.sklearn.readout.held_out_alpha`): leave-one-out on the rows
+    the map was trained on favours too small a penalty, which reads out their noise.
 
     Args: those of :class:`~kernel_layers.sklearn.DIFeatures`; ``validation_fraction``
     holds rows out to score the map by the ``R^2`` of the ridge read-out fitted on the
@@ -128,8 +137,13 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         self.target_scale_ = np.where(scale > 0, scale, 1.0)
         z = (targets - self.target_mean_) / self.target_scale_
         trains = self.max_epochs > 0 and len(X) > 2
-        x = learn_map(self, X, z, device, trains, None, r2_score_of)
-        self.readout_: LooRidge = fit_loo_ridge_targets(self._features(x), z)
+        x, fit, held = learn_map(self, X, z, device, trains, None, r2_score_of)
+        features = self._features(x)
+        alpha = None  # chosen by leave-one-out on every row
+        if self.best_epoch_ > 0 and len(held):  # a trained map: on rows it never saw
+            relative = held_out_alpha(features[fit], z[fit], features[held], z[held])
+            alpha = relative * scale_of(features)
+        self.readout_: LooRidge = fit_loo_ridge_targets(features, z, alpha)
         return self
 
     def _features(self, x: torch.Tensor) -> np.ndarray:
