@@ -30,7 +30,7 @@ the figure is written beside it.
 
 Usage::
 
-    python benchmarks/approximation.py --dataset mnist --root /work/main/data/mnist \\
+    python benchmarks/approximation.py --dataset mnist --root data/mnist \\
         --dims 100 300 --epochs 3
     python benchmarks/approximation.py --quick --out /tmp/approx   # digits, a smoke test
 """

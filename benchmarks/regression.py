@@ -58,6 +58,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import records
+import suite_data
 import torch
 from sklearn.datasets import load_diabetes, make_friedman1
 from sklearn.kernel_approximation import Nystroem
@@ -75,7 +76,7 @@ from kernel_layers.data.tensor import TensorDataModule
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "results" / "regression.json"
-MLBENCH = Path("/work/main/data/mlbench")
+MLBENCH = suite_data.DATA / "mlbench"  # the CSVs of benchmarks/mlbench_data.py
 DATASETS = ("diabetes", "friedman1", "boston", "servo")
 METHODS = (
     "linear_ridge",
