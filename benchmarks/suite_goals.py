@@ -44,7 +44,7 @@ def datasets(records: list[Record]) -> list[str]:
 TRAINED = {"di_trained": "DI-trained", "di_trained_keep_best": "DI-trained, best on validation,"}
 
 
-def _untrained(methods: dict[str, dict[str, Any]], method: str = "di_trained") -> float | None:
+def _untrained(methods: dict[str, dict[str, Any]], method: str) -> float | None:
     trained = methods.get(method, {})
     if trained.get("untrained_acc") is not None:
         return float(trained["untrained_acc"])
