@@ -104,8 +104,8 @@ KRR_ROWS = 3000
 MAX_EPOCHS = 60
 #: Adam's learning rate of the DI-trained map.
 LR = 1e-2
-#: DI's ridge parameter (``None``: ``KernelRegressor``'s default, chosen from the batches
-#: of an epoch).
+#: DI's ridge parameter (``None``: ``KernelRegressor``'s default, the read-out's penalty
+#: on the untrained map shared out over the batches of an epoch).
 RHO: float | None = None
 #: Whether the Lightning methods' map learns one bandwidth per feature (``--ard``).
 ARD = False

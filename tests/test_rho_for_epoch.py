@@ -1,4 +1,6 @@
-"""DI's ridge parameter chosen from the batches per epoch (``rho=None``)."""
+"""DI's ridge parameter chosen when a fit starts (``rho=None``): from the batches per
+epoch (``KernelClassifier``), or the read-out's penalty shared out over them
+(``KernelRegressor``)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from sklearn.datasets import make_classification, make_regression
@@ -14,6 +17,8 @@ from kernel_layers.data import TensorDataModule
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.objectives import discriminant_information
 from kernel_layers.selection.rho import rho_for_epoch
+from kernel_layers.training.checkpoint_hooks import CHOSEN_RHO_KEY
+from kernel_layers.training.heads import GCV_GRID
 from kernel_layers.training.module import KernelClassifier
 from kernel_layers.training.regression import KernelRegressor
 
@@ -63,19 +68,81 @@ def test_a_bad_rho_is_named() -> None:
         KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3, rho=-1.0)
 
 
-@pytest.mark.parametrize(("rows", "batch", "rho"), [(300, 100, 0.1), (900, 100, 1e-4)])
-def test_the_regressor_chooses_rho_as_the_classifier_does(
-    make_trainer: Callable[..., L.Trainer], rows: int, batch: int, rho: float
-) -> None:
-    x, y = make_regression(n_samples=rows + 100, n_features=6, random_state=0)
-    data = TensorDataModule(
+def _regression(rows: int, batch: int) -> TensorDataModule:
+    x, y = make_regression(n_samples=rows + 100, n_features=6, noise=20.0, random_state=0)
+    return TensorDataModule(
         x[:rows], y[:rows], x[rows:], y[rows:], batch_size=batch, float_targets=True
     )
+
+
+class _UntrainedFeatures(L.Callback):
+    """The map's features of the training rows when the first epoch starts (float64)."""
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == 0:
+            x, y = trainer.datamodule.train_dataset.tensors[:2]  # type: ignore[attr-defined]
+            with torch.no_grad():
+                self.features = pl_module(x).double().numpy()
+            self.targets = y.double().numpy().reshape(len(y), -1)
+
+
+def _gcv_reference(features: np.ndarray, targets: np.ndarray) -> float:
+    """Float64 reference: the penalty ``g trace(S) / J`` (``g`` in ``GCV_GRID``) whose
+    ridge fit with intercept has the least ``n RSS / (n - trace(H))^2``, ``H`` its hat
+    matrix written out."""
+    n, j = features.shape
+    centred = features - features.mean(0)
+    residual_of = targets - targets.mean(0)
+    scale = np.trace(centred.T @ centred) / j
+    scores = []
+    for g in GCV_GRID:
+        gram = centred.T @ centred + g * scale * np.eye(j)
+        hat = centred @ np.linalg.solve(gram, centred.T) + 1.0 / n
+        rss = float(((residual_of - (hat - 1.0 / n) @ residual_of) ** 2).sum())
+        scores.append(n * rss / (n - np.trace(hat)) ** 2)
+    return float(GCV_GRID[int(np.argmin(scores))] * scale)
+
+
+@pytest.mark.parametrize(("rows", "batch"), [(300, 90), (300, 270)])
+def test_the_regressor_trains_with_the_read_outs_penalty_over_its_batches(
+    make_trainer: Callable[..., L.Trainer], rows: int, batch: int
+) -> None:
     model = KernelRegressor(FourierLayer(6, 20, seed=0))
-    make_trainer(max_epochs=1).fit(model, data)
-    assert model.rho == rho and model.hparams["rho"] is None
+    untrained = _UntrainedFeatures()
+    trainer = make_trainer(callbacks=[untrained], max_epochs=1)
+    trainer.fit(model, _regression(rows, batch))
+    penalty = _gcv_reference(untrained.features, untrained.targets)
+    assert trainer.num_training_batches == 270 // batch
+    assert model.rho == pytest.approx(penalty / trainer.num_training_batches, rel=1e-9)
+    assert model.hparams["rho"] is None
     with pytest.raises(ValueError, match=r"KernelRegressor: argument 'rho'"):
         KernelRegressor(FourierLayer(6, 20, seed=0), rho=0.0)
+
+
+def test_the_regressor_shares_out_a_given_read_out_penalty(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    model = KernelRegressor(FourierLayer(6, 20, seed=0), head_rho=0.6)
+    make_trainer(max_epochs=1).fit(model, _regression(300, 90))
+    assert model.rho == pytest.approx(0.2, rel=1e-12)
+    assert model.head.rho == 0.6
+
+
+def test_a_resumed_regressor_keeps_its_checkpoints_rho(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    model = KernelRegressor(FourierLayer(6, 20, seed=0))
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(model, _regression(300, 90))
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+    checkpoint = torch.load(tmp_path / "model.ckpt", weights_only=True)
+    checkpoint[CHOSEN_RHO_KEY] = 0.125  # none the data would choose
+    torch.save(checkpoint, tmp_path / "model.ckpt")
+    resumed = KernelRegressor(FourierLayer(6, 20, seed=0))
+    make_trainer(max_epochs=2).fit(
+        resumed, _regression(300, 90), ckpt_path=tmp_path / "model.ckpt", weights_only=True
+    )
+    assert resumed.rho == 0.125
 
 
 def _ridge(features: torch.Tensor, y: torch.Tensor, classes: int, rho: float) -> torch.Tensor:

@@ -117,6 +117,15 @@ class KernelModule(LightningModule):
         """The training objective (``"di"`` unless the subclass offers others)."""
         return str(self.hparams.get("objective", "di"))
 
+    def check_targets(self, y: Tensor) -> Tensor:
+        """A batch's targets ``y`` checked, as the ridge read-out takes them: labels
+        ``Tensor[B]`` or a float matrix ``Tensor[B, L]``.
+
+        Raises:
+            TypeError, ValueError: targets of the wrong kind, shape or range (named).
+        """
+        raise NotImplementedError
+
     def training_targets(self, y: Tensor) -> Tensor:
         """A training batch's targets ``y`` checked, in the form the objective takes:
         labels ``Tensor[B]`` or a float matrix ``Tensor[B, L]``.
@@ -243,17 +252,23 @@ class KernelModule(LightningModule):
     @property
     def rho(self) -> float:
         """DI's ridge parameter in use: ``rho`` as given, or (``rho=None``) the one
-        :func:`~kernel_layers.selection.rho.rho_for_epoch` chose for the running fit's
-        batches per epoch (the paper's ``1e-4`` before any fit)."""
+        :meth:`choose_rho` chose when the running fit started (the paper's ``1e-4``
+        before any fit)."""
         given = self.hparams["rho"]
         return float(given) if given is not None else self._chosen_rho
+
+    def choose_rho(self, batches: float) -> float:
+        """DI's ridge parameter for a fit of ``batches`` batches per epoch when ``rho``
+        is not given (called when the fit starts, the map set up from the data):
+        :func:`~kernel_layers.selection.rho.rho_for_epoch`."""
+        return rho_for_epoch(batches)
 
     def on_train_start(self) -> None:
         # The buffer may come from a checkpoint: read it once here, not in a step.
         self.di_epoch_seen = int(self.di_epoch_index)
         init_map_from_data(self)
         if self.hparams["rho"] is None:
-            self._chosen_rho = rho_for_epoch(max(float(self.trainer.num_training_batches), 1.0))
+            self._chosen_rho = self.choose_rho(max(float(self.trainer.num_training_batches), 1.0))
         self.sync_head_rho()
 
     @property

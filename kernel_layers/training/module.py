@@ -222,13 +222,17 @@ class KernelClassifier(KernelModule):
         Raises a ``RuntimeError`` without a trained read-out (``"di"``, plain ``"ls"``)."""
         return model_block_norms(self)
 
-    def training_targets(self, y: Tensor) -> Tensor:
+    def check_targets(self, y: Tensor) -> Tensor:
         """Integer labels ``Tensor[B]`` in ``[0, num_classes)``.
 
         Raises:
             TypeError, ValueError: labels that are not integers in range.
         """
         return check_labels(type(self).__name__, "y", y, self.hparams["num_classes"])
+
+    def training_targets(self, y: Tensor) -> Tensor:
+        """The labels, checked (:meth:`check_targets`)."""
+        return self.check_targets(y)
 
     def on_train_start(self) -> None:
         super().on_train_start()
@@ -247,7 +251,7 @@ class KernelClassifier(KernelModule):
             return  # sanity check before any fit: nothing to report
         x, y = batch[0], batch[1]
         with named_batch_errors(name.split("/")[0], batch_idx):
-            y = check_labels(type(self).__name__, "y", y, self.hparams["num_classes"])
+            y = self.check_targets(y)
         metric.update(self.scores(self(x)), y)
         self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True)
 

@@ -112,7 +112,7 @@ def refit_head(model: KernelModule, batches: Iterable[Any] | None = None) -> Non
         for index, batch in enumerate(batches):
             x, y = batch[0].to(model.device), batch[1].to(model.device)
             with named_batch_errors("read-out fit", index):
-                model.head.update(model(x), y)
+                model.head.update(model(x), model.check_targets(y))
         model.head.fit()
         model.head_tracker.mark_fitted(feature_modules(model))
 

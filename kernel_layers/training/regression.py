@@ -11,7 +11,7 @@ step, the divergence guard, the read-out refits
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 from torchmetrics import MeanSquaredError, MetricCollection, R2Score
@@ -23,6 +23,7 @@ from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
+from kernel_layers.training.heads import GCVRidgeHead
 from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.readout import check_head_ready
 
@@ -73,9 +74,9 @@ class KernelRegressor(KernelModule):
         kernel_layer: a :class:`~kernel_layers.layers.base.KernelFeatureMap`.
         num_targets: number of targets ``L``.
         backbone: optional feature extractor before the kernel layer.
-        rho: ridge parameter of DI / NysDI; ``None`` (default): chosen when a fit starts
-            by :func:`~kernel_layers.selection.rho.rho_for_epoch`, as
-            ``KernelClassifier`` chooses it; :attr:`rho` gives the value in use.
+        rho: ridge parameter of DI / NysDI; ``None`` (default): the read-out's penalty,
+            shared out over the batches of an epoch, chosen when a fit starts
+            (:meth:`choose_rho`); :attr:`rho` gives the value in use.
         lr: Adam learning rate of the kernel layer.
         backbone_lr: learning rate of the backbone (default ``lr``).
         lr_schedule: ``"constant"`` (default) or ``"cosine"``: every learning rate
@@ -148,6 +149,26 @@ class KernelRegressor(KernelModule):
         self._build(kernel_layer, backbone, given, num_outputs=num_targets, head_rho=head_rho)
         self.val_metrics = _metrics().clone(prefix="val/")
         self.test_metrics = _metrics().clone(prefix="test/")
+
+    def choose_rho(self, batches: float) -> float:
+        """DI's ridge parameter when ``rho`` is not given: the read-out's penalty over
+        ``batches``, the batches of an epoch.
+
+        DI is then the in-batch fit of the ridge regression that will read the features
+        out, each batch's scatter carrying its share of the penalty. The penalty is
+        ``head_rho`` if given, else the one generalised cross-validation chooses for the
+        untrained map's features of the training rows (a read-out fitted here, when the
+        fit starts). A smaller ``rho`` lets DI reward features that fit the training
+        rows' noise, which a read-out with the larger penalty never uses. A fit resumed
+        from a checkpoint keeps the ``rho`` the checkpoint recorded.
+        """
+        if self.trainer.ckpt_path is not None:
+            return self._chosen_rho  # restored by on_load_checkpoint
+        penalty = self.hparams["head_rho"]
+        if penalty is None:
+            self.refit_head()
+            penalty = float(cast(GCVRidgeHead, self.head).penalty)
+        return float(penalty) / batches
 
     def check_targets(self, y: Tensor) -> Tensor:
         """``y`` checked as float targets: ``Tensor[B, L]`` (``Tensor[B]`` for one).
