@@ -60,6 +60,7 @@ import numpy as np
 import records
 import suite_data
 import torch
+from regression_goals import MEAN_TAG
 from sklearn.datasets import load_diabetes, make_friedman1
 from sklearn.kernel_approximation import Nystroem
 from sklearn.kernel_ridge import KernelRidge
@@ -115,8 +116,6 @@ HELD_OUT = 0.1
 #: Seed of the random draws of a run (``--seed``): landmarks, batches, held-out rows,
 #: ``Nystroem``'s components, ``DIRegressor``'s state.
 SEED = 0
-#: The name of the mean over seeds (a run of another seed is tagged ``SEED_TAG``).
-MEAN_TAG = "@mean of seeds"
 DESCRIPTION = (
     "Regression at the same J (min(200, training rows // 3)): test R^2, RMSE (target units) "
     "and fit seconds; 70/30 split random_state=0, features min-max scaled and targets "
@@ -306,6 +305,7 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
             "rows": variants,
             "columns": [*columns[:3], ["DI lr", "{lr:g}"], ["DI rho", "{rho:g}"], *columns[3:]],
         },
+        "regression_goals": {"kind": "regression_goals"},
         "regression_seeds": {
             "rows": [n for n in means if n in names],
             "columns": [

@@ -27,7 +27,8 @@ A record file holds ``records`` (a list) and ``tables`` (NAME -> how to render i
   key]`` (or ``[header, key, template]``) of ``columns``; its cell is the template (else
   ``cell``, a template as above) filled from the record named ``ROW/KEY`` (``-`` when
   there is none); ``row_header`` heads the first column;
-* a *suite_goals* table renders the goals of ``suite_goals.py`` from the file's records.
+* a *suite_goals* table renders the goals of ``suite_goals.py`` from the file's records,
+  a *regression_goals* table the goal of ``regression_goals.py``.
 
 Usage::
 
@@ -175,6 +176,10 @@ def render(name: str, results: Path = RESULTS) -> str:
             import suite_goals
 
             return suite_goals.goals_table(data["records"])
+        if kind == "regression_goals":
+            import regression_goals
+
+            return regression_goals.goals_table(data["records"])
         if kind == "section5":
             return _section5_table(spec, results)
         if kind == "schedule":
