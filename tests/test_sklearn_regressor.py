@@ -14,6 +14,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from kernel_layers.sklearn import DIRegressor, regressor
+from kernel_layers.sklearn import features as features_module
 from kernel_layers.sklearn.readout import (
     ALPHAS,
     fit_loo_ridge_targets,
@@ -159,3 +160,31 @@ def test_a_trained_map_on_few_noisy_rows_keeps_a_sound_read_out() -> None:
     untrained = DIRegressor(random_state=1, max_epochs=0).fit(x_train, y_train)
     assert model.best_epoch_ > 0
     assert model.score(x_test, y_test) > untrained.score(x_test, y_test) - 0.1
+
+
+def test_di_trains_with_the_untrained_read_outs_leave_one_out_penalty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``rho=None``: DI's ridge parameter is the penalty scikit-learn's leave-one-out
+    ``RidgeCV`` chooses over the same grid for the untrained map's features of the rows
+    trained on, over the batches of an epoch; a given ``rho`` is kept."""
+    seen: dict = {}
+    original = features_module.train_map
+
+    def spy(layer, x, targets, **options):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            seen["features"] = layer(x).numpy()
+        seen.update(targets=targets.numpy(), batch=options["batch"], rho=options["rho"])
+        return original(layer, x, targets, **options)
+
+    monkeypatch.setattr(features_module, "train_map", spy)
+    x_train, _, y_train, _ = _friedman()
+    options: dict = dict(n_components=60, batch_size=180, max_epochs=2, random_state=0)
+    model = DIRegressor(**options).fit(x_train, y_train)
+    features = seen["features"]
+    reference = RidgeCV(alphas=ALPHAS * scale_of(features)).fit(features, seen["targets"])
+    batches = len(features) // seen["batch"]
+    assert batches == 3  # 540 rows trained on, batches of 180
+    assert model.rho_ == seen["rho"]
+    assert model.rho_ == pytest.approx(reference.alpha_ / batches, rel=1e-12)
+    assert DIRegressor(rho=0.5, **options).fit(x_train, y_train).rho_ == 0.5

@@ -171,6 +171,23 @@ class LearnedMap(NamedTuple):
     held: np.ndarray
 
 
+def _default_rho(
+    layer: KernelFeatureMap,
+    x: torch.Tensor,
+    targets: np.ndarray,
+    batches: int,
+    untrained_penalty: Callable[[np.ndarray, np.ndarray], float] | None,
+) -> float:
+    """DI's ridge parameter when none is given: from the ``batches`` of an epoch, as
+    ``KernelClassifier(rho=None)``; or ``untrained_penalty`` of the untrained map's
+    features of ``x [N, D]`` over them, as ``KernelRegressor(rho=None)``."""
+    if untrained_penalty is None:
+        return rho_for_epoch(batches)
+    with torch.no_grad():
+        features = layer(x).cpu().numpy()
+    return untrained_penalty(features, targets) / batches
+
+
 def learn_map(
     estimator: Any,
     X: np.ndarray,
@@ -179,12 +196,18 @@ def learn_map(
     trains: bool,
     num_classes: int | None,
     score_of: Callable[..., Any],
+    untrained_penalty: Callable[[np.ndarray, np.ndarray], float] | None = None,
 ) -> LearnedMap:
     """What both estimators' ``fit`` share: build the map on ``X [N, D]`` and (if
     ``trains``) train it by :func:`~kernel_layers.sklearn.training.train_map` against
     ``targets`` (labels ``[N]`` with ``num_classes``, or a float matrix ``[N, L]`` with
     ``None``), holding out ``estimator.validation_fraction`` of the rows (stratified by
-    labels) scored by ``score_of(x_fit, targets_fit, x_held, targets_held)``. Sets the
+    labels) scored by ``score_of(x_fit, targets_fit, x_held, targets_held)``. With
+    ``estimator.rho`` ``None``, DI's ridge parameter is
+    :func:`~kernel_layers.selection.rho.rho_for_epoch`'s, or, given
+    ``untrained_penalty(features [N, J], targets [N, ...])``, the read-out penalty it
+    returns for the untrained map's features of the rows trained on, over the batches of
+    an epoch (as ``KernelRegressor(rho=None)`` chooses it). Sets the
     fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``rho_``, ``di_history_``,
     ``validation_scores_``, ``best_epoch_``, ``lr_decay_epochs_``) and returns ``X`` as a
     float64 tensor on ``device`` with the indices of the rows trained on and held out
@@ -204,8 +227,8 @@ def learn_map(
     result = TrainResult()
     rho = estimator.rho
     if trains:
-        if rho is None:  # as KernelClassifier(rho=None): from the batches of an epoch
-            rho = rho_for_epoch(len(fit) // batch)
+        if rho is None:
+            rho = _default_rho(layer, x[fit], targets[fit], len(fit) // batch, untrained_penalty)
         score = None
         if len(held):
             scored = fit

@@ -54,6 +54,12 @@ def r2_score_of(
     return score
 
 
+def _loo_penalty(features: np.ndarray, targets: np.ndarray) -> float:
+    """The penalty closed-form leave-one-out chooses for the ridge read-out of
+    ``features [N, J]`` and ``targets [N, L]``."""
+    return fit_loo_ridge_targets(features, targets).alpha
+
+
 class DIRegressor(RegressorMixin, BaseEstimator):
     """A DI-trained kernel map followed by a ridge read-out, for regression.
 
@@ -72,7 +78,10 @@ class DIRegressor(RegressorMixin, BaseEstimator):
 
     Args: those of :class:`~kernel_layers.sklearn.DIFeatures`; ``validation_fraction``
     holds rows out to score the map by the ``R^2`` of the ridge read-out fitted on the
-    other rows.
+    other rows; ``rho=None`` trains with the read-out's penalty, the one leave-one-out
+    chooses for the untrained map's features of the rows trained on, shared out over
+    the batches of an epoch (as ``KernelRegressor(rho=None)``): DI is then the in-batch
+    fit of that ridge regression.
 
     Attributes:
         layer_ (NystromLayer | FourierLayer): the trained map.
@@ -137,7 +146,7 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         self.target_scale_ = np.where(scale > 0, scale, 1.0)
         z = (targets - self.target_mean_) / self.target_scale_
         trains = self.max_epochs > 0 and len(X) > 2
-        x, fit, held = learn_map(self, X, z, device, trains, None, r2_score_of)
+        x, fit, held = learn_map(self, X, z, device, trains, None, r2_score_of, _loo_penalty)
         features = self._features(x)
         alpha = None  # chosen by leave-one-out on every row
         if self.best_epoch_ > 0 and len(held):  # a trained map: on rows it never saw
