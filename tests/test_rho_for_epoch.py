@@ -16,7 +16,7 @@ from sklearn.datasets import make_classification, make_regression
 from kernel_layers.data import TensorDataModule
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.objectives import discriminant_information
-from kernel_layers.selection.rho import rho_for_epoch
+from kernel_layers.selection.rho import rho_for_epoch, rho_from_penalty
 from kernel_layers.training.checkpoint_hooks import CHOSEN_RHO_KEY
 from kernel_layers.training.heads import GCV_GRID
 from kernel_layers.training.module import KernelClassifier
@@ -35,6 +35,32 @@ def test_rho_for_epoch(batches: float, rho: float) -> None:
 def test_rho_for_epoch_refuses_what_is_not_a_batch_count(bad: object) -> None:
     with pytest.raises(ValueError, match=r"rho_for_epoch: argument 'batches' must be a number"):
         rho_for_epoch(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("penalty", "batches", "rho"),
+    [(0.6, 3, 0.2), (5.0, 1, 5.0), (2e-4, 2, 1e-4), (1e-9, 1, 1e-4), (0.0, 7.5, 1e-4)],
+)
+def test_rho_from_penalty_shares_it_out_over_the_batches(
+    penalty: float, batches: float, rho: float
+) -> None:
+    assert rho_from_penalty(penalty, batches) == pytest.approx(rho, rel=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("penalty", "batches", "match"),
+    [
+        (-1.0, 1, r"argument 'penalty' must be a number >= 0, got -1.0"),
+        (float("nan"), 1, r"argument 'penalty' must be a number >= 0, got nan"),
+        (1.0, 0, r"argument 'batches' must be a number >= 1, got 0"),
+        (1.0, True, r"argument 'batches' must be a number >= 1, got True"),
+    ],
+)
+def test_rho_from_penalty_refuses_what_is_not_a_penalty_or_a_batch_count(
+    penalty: float, batches: float, match: str
+) -> None:
+    with pytest.raises(ValueError, match=r"rho_from_penalty: " + match):
+        rho_from_penalty(penalty, batches)
 
 
 def _data(rows: int, batch: int) -> TensorDataModule:
@@ -117,6 +143,19 @@ def test_the_regressor_trains_with_the_read_outs_penalty_over_its_batches(
     assert model.hparams["rho"] is None
     with pytest.raises(ValueError, match=r"KernelRegressor: argument 'rho'"):
         KernelRegressor(FourierLayer(6, 20, seed=0), rho=0.0)
+
+
+def test_a_regressor_whose_features_do_not_vary_gets_the_papers_rho(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    """Constant inputs: every feature is constant, GCV's penalty is near zero (a
+    multiple of the smallest float), and DI takes the paper's ``1e-4`` instead."""
+    x = np.ones((400, 6))
+    y = np.random.default_rng(0).normal(size=400)
+    data = TensorDataModule(x[:300], y[:300], x[300:], y[300:], batch_size=90, float_targets=True)
+    model = KernelRegressor(FourierLayer(6, 20, seed=0))
+    make_trainer(max_epochs=1).fit(model, data)
+    assert model.rho == 1e-4
 
 
 def test_the_regressor_shares_out_a_given_read_out_penalty(

@@ -1,4 +1,5 @@
-"""DI's ridge parameter from the number of batches in an epoch.
+"""DI's ridge parameter from the number of batches in an epoch (classification), or from
+the read-out's penalty shared out over them (regression).
 
 Measured on the small-data suite (benchmarks/README.md): with few batches per epoch,
 every step maximises DI on nearly the same rows. With the paper's tiny ridge
@@ -7,6 +8,11 @@ ceiling ``L - 1`` on the training rows, and the map fits those rows rather than 
 test accuracy falls below the untrained map's (by up to 5 points). A ridge of ``0.1``
 keeps those directions out of DI; with many batches per epoch it costs accuracy instead,
 so the paper's value stays there.
+
+A regressor's DI instead takes the penalty its ridge read-out will use, divided by the
+batches of an epoch (:func:`rho_from_penalty`): DI is then the in-batch fit of that very
+ridge regression, and noisy targets, whose read-out takes a large penalty, keep the map
+from learning their noise.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import math
 
 from kernel_layers.objectives import DEFAULT_RHO
 
-__all__ = ["SMALL_DATA_BATCHES", "SMALL_DATA_RHO", "rho_for_epoch"]
+__all__ = ["SMALL_DATA_BATCHES", "SMALL_DATA_RHO", "rho_for_epoch", "rho_from_penalty"]
 
 #: An epoch of fewer batches than this is small data ...
 SMALL_DATA_BATCHES = 8
@@ -38,3 +44,20 @@ def rho_for_epoch(batches: float) -> float:
     if math.isinf(batches):
         return DEFAULT_RHO
     return SMALL_DATA_RHO if batches < SMALL_DATA_BATCHES else DEFAULT_RHO
+
+
+def rho_from_penalty(penalty: float, batches: float) -> float:
+    """DI's ridge parameter for a read-out penalty ``penalty`` (on the scatter of every
+    training row) and ``batches`` batches per epoch: each batch's share,
+    ``penalty / batches``, and never below the paper's ``1e-4`` (a map whose features
+    barely vary gets a penalty near zero, and DI no usable ridge).
+
+    Raises:
+        ValueError: ``penalty`` is not a number ``>= 0``, or ``batches`` not one ``>= 1``.
+    """
+    for name, value, least in (("penalty", penalty, 0.0), ("batches", batches, 1.0)):
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= least:
+            raise ValueError(
+                f"rho_from_penalty: argument {name!r} must be a number >= {least:g}, got {value!r}"
+            )
+    return max(float(penalty) / float(batches), DEFAULT_RHO)

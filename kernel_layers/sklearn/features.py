@@ -28,7 +28,7 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.selection.gamma import gamma_heuristic
-from kernel_layers.selection.rho import rho_for_epoch
+from kernel_layers.selection.rho import rho_for_epoch, rho_from_penalty
 from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, scale_of
 from kernel_layers.sklearn.training import (
     DEFAULT_BATCH,
@@ -185,7 +185,7 @@ def _default_rho(
         return rho_for_epoch(batches)
     with torch.no_grad():
         features = layer(x).cpu().numpy()
-    return untrained_penalty(features, targets) / batches
+    return rho_from_penalty(untrained_penalty(features, targets), batches)
 
 
 def learn_map(
@@ -206,8 +206,9 @@ def learn_map(
     ``estimator.rho`` ``None``, DI's ridge parameter is
     :func:`~kernel_layers.selection.rho.rho_for_epoch`'s, or, given
     ``untrained_penalty(features [N, J], targets [N, ...])``, the read-out penalty it
-    returns for the untrained map's features of the rows trained on, over the batches of
-    an epoch (as ``KernelRegressor(rho=None)`` chooses it). Sets the
+    returns for the untrained map's features of the rows trained on, shared out over the
+    batches of an epoch by :func:`~kernel_layers.selection.rho.rho_from_penalty` (as
+    ``KernelRegressor(rho=None)`` chooses it). Sets the
     fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``rho_``, ``di_history_``,
     ``validation_scores_``, ``best_epoch_``, ``lr_decay_epochs_``) and returns ``X`` as a
     float64 tensor on ``device`` with the indices of the rows trained on and held out

@@ -19,6 +19,7 @@ from torchmetrics import MeanSquaredError, MetricCollection, R2Score
 from kernel_layers._validation import check_choice, check_float_targets
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import unit_norm_columns
+from kernel_layers.selection.rho import rho_from_penalty
 from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
@@ -158,9 +159,11 @@ class KernelRegressor(KernelModule):
         out, each batch's scatter carrying its share of the penalty. The penalty is
         ``head_rho`` if given, else the one generalised cross-validation chooses for the
         untrained map's features of the training rows (a read-out fitted here, when the
-        fit starts). A smaller ``rho`` lets DI reward features that fit the training
-        rows' noise, which a read-out with the larger penalty never uses. A fit resumed
-        from a checkpoint keeps the ``rho`` the checkpoint recorded.
+        fit starts), shared out by
+        :func:`~kernel_layers.selection.rho.rho_from_penalty` (never below ``1e-4``). A
+        smaller ``rho`` lets DI reward features that fit the training rows' noise, which
+        a read-out with the larger penalty never uses. A fit resumed from a checkpoint
+        keeps the ``rho`` the checkpoint recorded.
         """
         if self.trainer.ckpt_path is not None:
             return self._chosen_rho  # restored by on_load_checkpoint
@@ -168,7 +171,7 @@ class KernelRegressor(KernelModule):
         if penalty is None:
             self.refit_head()
             penalty = float(cast(GCVRidgeHead, self.head).penalty)
-        return float(penalty) / batches
+        return rho_from_penalty(float(penalty), batches)
 
     def check_targets(self, y: Tensor) -> Tensor:
         """``y`` checked as float targets: ``Tensor[B, L]`` (``Tensor[B]`` for one).
