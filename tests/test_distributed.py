@@ -168,3 +168,20 @@ def test_lightning_ddp_equals_single_process_with_doubled_batch(tmp_path: Path, 
         .state_dict()
     )
     assert any(not torch.allclose(ddp[k], start[k]) for k in ddp)  # training moved something
+
+
+def test_a_ddp_regressor_trains_with_one_rho_on_every_process(tmp_path: Path) -> None:
+    """Each process fits its ridge read-out's penalty on its own rows (a plain loader);
+    DI's ``rho`` is process 0's on both, or the processes would train different DIs."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    script = Path(__file__).with_name("ddp_regressor_rho_script.py")
+    subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "rho")],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        capture_output=True,
+    )
+    rho = [float((tmp_path / f"rho.{rank}").read_text()) for rank in range(WORLD)]
+    assert rho[0] == rho[1] > 1e-4

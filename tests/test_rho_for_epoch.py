@@ -11,6 +11,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.callbacks import LearningRateFinder
 from sklearn.datasets import make_classification, make_regression
 
 from kernel_layers.data import TensorDataModule
@@ -156,6 +157,53 @@ def test_a_regressor_whose_features_do_not_vary_gets_the_papers_rho(
     model = KernelRegressor(FourierLayer(6, 20, seed=0))
     make_trainer(max_epochs=1).fit(model, data)
     assert model.rho == 1e-4
+
+
+def test_the_regressors_rho_is_chosen_once_and_kept_by_later_fits(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    """A second fit of the same model keeps the first fit's ``rho``; a new model on the
+    trained map's features would choose another."""
+    model = KernelRegressor(FourierLayer(6, 20, seed=0), lr=5e-2)
+    make_trainer(max_epochs=3).fit(model, _regression(300, 90))
+    first = model.rho
+    make_trainer(max_epochs=1).fit(model, _regression(300, 90))
+    assert model.rho == first
+    fresh = KernelRegressor(FourierLayer(6, 20, seed=0), lr=5e-2)
+    fresh.load_state_dict(model.state_dict())  # the trained map, no rho chosen
+    make_trainer(max_epochs=1).fit(fresh, _regression(300, 90))
+    assert fresh.rho != first
+
+
+def test_the_regressors_rho_survives_the_learning_rate_finder(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    """Lightning's ``LearningRateFinder`` trains a few steps, then restores a checkpoint
+    saved before any ``rho`` was chosen: the fit then chooses as a plain fit does, and
+    its read-out is refitted on its features."""
+    plain = KernelRegressor(FourierLayer(6, 20, seed=0))
+    make_trainer(max_epochs=1).fit(plain, _regression(300, 90))
+    model = KernelRegressor(FourierLayer(6, 20, seed=0))
+    finder = LearningRateFinder(num_training_steps=5)
+    make_trainer(max_epochs=1, callbacks=[finder], default_root_dir=tmp_path).fit(
+        model, _regression(300, 90)
+    )
+    assert model.rho == plain.rho
+
+
+def test_a_checkpoint_without_a_chosen_rho_lets_the_resumed_fit_choose(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    given = KernelRegressor(FourierLayer(6, 20, seed=0), rho=0.5)
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(given, _regression(300, 90))
+    trainer.save_checkpoint(tmp_path / "given.ckpt")
+    assert torch.load(tmp_path / "given.ckpt", weights_only=True)[CHOSEN_RHO_KEY] is None
+    resumed = KernelRegressor(FourierLayer(6, 20, seed=0))
+    make_trainer(max_epochs=2).fit(
+        resumed, _regression(300, 90), ckpt_path=tmp_path / "given.ckpt", weights_only=True
+    )
+    assert resumed.rho > 1e-4  # chosen from the data, not the unchosen default
 
 
 def test_the_regressor_shares_out_a_given_read_out_penalty(

@@ -50,7 +50,8 @@ def rho_from_penalty(penalty: float, batches: float) -> float:
     """DI's ridge parameter for a read-out penalty ``penalty`` (on the scatter of every
     training row) and ``batches`` batches per epoch: each batch's share,
     ``penalty / batches``, and never below the paper's ``1e-4`` (a map whose features
-    barely vary gets a penalty near zero, and DI no usable ridge).
+    barely vary gets a penalty near zero, and DI no usable ridge; an endless epoch,
+    ``batches = inf``, gets ``1e-4``).
 
     Raises:
         ValueError: ``penalty`` is not a number ``>= 0``, or ``batches`` not one ``>= 1``.

@@ -55,7 +55,7 @@ class KernelModule(LightningModule):
     A subclass's ``__init__`` checks its arguments, calls ``save_hyperparameters``
     (``rho``, ``lr``, ``backbone_lr``, ``lr_schedule``, ``init_landmarks``,
     ``check_every`` and ``approximation_rows`` among them), then :meth:`_build` with the
-    read-out's width, and implements :meth:`training_targets`.
+    read-out's width, and implements :meth:`check_targets` and :meth:`training_targets`.
     """
 
     kernel_layer: KernelFeatureMap
@@ -111,6 +111,9 @@ class KernelModule(LightningModule):
         self.head_tracker = ReadoutTracker()
         register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
         self._chosen_rho = DEFAULT_RHO  # rho=None: replaced when a fit starts
+        #: Whether a fit (or the checkpoint this model was restored from) chose
+        #: ``_chosen_rho``.
+        self._rho_chosen = False
 
     @property
     def objective(self) -> str:
@@ -252,8 +255,8 @@ class KernelModule(LightningModule):
     @property
     def rho(self) -> float:
         """DI's ridge parameter in use: ``rho`` as given, or (``rho=None``) the one
-        :meth:`choose_rho` chose when the running fit started (the paper's ``1e-4``
-        before any fit)."""
+        :meth:`choose_rho` chose when a fit started (the paper's ``1e-4`` before any
+        fit)."""
         given = self.hparams["rho"]
         return float(given) if given is not None else self._chosen_rho
 
@@ -269,6 +272,7 @@ class KernelModule(LightningModule):
         init_map_from_data(self)
         if self.hparams["rho"] is None:
             self._chosen_rho = self.choose_rho(max(float(self.trainer.num_training_batches), 1.0))
+            self._rho_chosen = True
         self.sync_head_rho()
 
     @property

@@ -18,7 +18,9 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
+from kernel_layers.objectives.statistics import DIStatistics
 from kernel_layers.training.batch_checks import named_batch_errors
+from kernel_layers.training.heads import RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.modes import eval_mode
 
@@ -36,6 +38,7 @@ __all__ = [
     "head_needs_fit",
     "refit_head",
     "train_eval_batches",
+    "training_statistics",
 ]
 
 #: Checkpoint key: whether the saved ridge read-out was fitted on the saved features.
@@ -96,6 +99,18 @@ def feature_modules(model: KernelModule) -> list[nn.Module]:
     return [model.kernel_layer] + ([model.backbone] if model.backbone is not None else [])
 
 
+def _accumulate(model: KernelModule, head: RidgeHead, batches: Iterable[Any] | None) -> None:
+    """Add ``model``'s features and checked targets of ``batches`` (default: every
+    training row once) to ``head``'s statistics, the model in eval mode."""
+    if batches is None:
+        batches = train_eval_batches(model.trainer, type(model).__name__)
+    with eval_mode(model):
+        for index, batch in enumerate(batches):
+            x, y = batch[0].to(model.device), batch[1].to(model.device)
+            with named_batch_errors("read-out fit", index):
+                head.update(model(x), model.check_targets(y))
+
+
 @torch.no_grad()
 def refit_head(model: KernelModule, batches: Iterable[Any] | None = None) -> None:
     """Fit ``model``'s ridge read-out exactly, in one pass over ``batches``.
@@ -105,16 +120,26 @@ def refit_head(model: KernelModule, batches: Iterable[Any] | None = None) -> Non
         batches: an iterable of ``(x, y, ...)`` batches; ``None``: every training row
             once (:func:`train_eval_batches`).
     """
-    if batches is None:
-        batches = train_eval_batches(model.trainer, type(model).__name__)
-    with eval_mode(model):
-        model.head.reset()
-        for index, batch in enumerate(batches):
-            x, y = batch[0].to(model.device), batch[1].to(model.device)
-            with named_batch_errors("read-out fit", index):
-                model.head.update(model(x), model.check_targets(y))
-        model.head.fit()
-        model.head_tracker.mark_fitted(feature_modules(model))
+    model.head.reset()
+    _accumulate(model, model.head, batches)
+    model.head.fit()
+    model.head_tracker.mark_fitted(feature_modules(model))
+
+
+@torch.no_grad()
+def training_statistics(model: KernelModule, batches: Iterable[Any] | None = None) -> DIStatistics:
+    """The ridge read-out's statistics of ``model``'s current features of ``batches``
+    (default: every training row once), gathered in a scratch head: ``model``'s own
+    read-out is left as it is.
+
+    Raises:
+        RuntimeError: ``batches`` held no batch.
+    """
+    scratch = RidgeHead(model.head.in_features, model.head.num_outputs).to(model.device)
+    _accumulate(model, scratch, batches)
+    if scratch.statistics is None:
+        raise RuntimeError(f"{type(model).__name__}: the training data held no batch")
+    return scratch.statistics
 
 
 def head_needs_fit(model: KernelModule) -> bool:

@@ -11,7 +11,7 @@ step, the divergence guard, the read-out refits
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from torch import Tensor, nn
 from torchmetrics import MeanSquaredError, MetricCollection, R2Score
@@ -24,9 +24,9 @@ from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
-from kernel_layers.training.heads import GCVRidgeHead
+from kernel_layers.training.heads import gcv_penalty
 from kernel_layers.training.kernel_module import KernelModule
-from kernel_layers.training.readout import check_head_ready
+from kernel_layers.training.readout import check_head_ready, training_statistics
 
 __all__ = ["KEEP_BEST", "KernelRegressor"]
 
@@ -152,26 +152,26 @@ class KernelRegressor(KernelModule):
         self.test_metrics = _metrics().clone(prefix="test/")
 
     def choose_rho(self, batches: float) -> float:
-        """DI's ridge parameter when ``rho`` is not given: the read-out's penalty over
-        ``batches``, the batches of an epoch.
+        """DI's ridge parameter when ``rho`` is not given: the read-out's penalty shared
+        out over ``batches``, the batches an epoch runs.
 
         DI is then the in-batch fit of the ridge regression that will read the features
         out, each batch's scatter carrying its share of the penalty. The penalty is
         ``head_rho`` if given, else the one generalised cross-validation chooses for the
-        untrained map's features of the training rows (a read-out fitted here, when the
-        fit starts), shared out by
-        :func:`~kernel_layers.selection.rho.rho_from_penalty` (never below ``1e-4``). A
-        smaller ``rho`` lets DI reward features that fit the training rows' noise, which
-        a read-out with the larger penalty never uses. A fit resumed from a checkpoint
-        keeps the ``rho`` the checkpoint recorded.
+        map's features of the training rows when the model's first fit starts (gathered
+        in a scratch read-out), shared out by
+        :func:`~kernel_layers.selection.rho.rho_from_penalty` (never below ``1e-4``);
+        under several processes, process 0's value. A smaller ``rho`` lets DI reward
+        features that fit the training rows' noise, which a read-out with the larger
+        penalty never uses. The value is chosen once: a later fit of the same model,
+        and a fit restored from a checkpoint that recorded one, keep it.
         """
-        if self.trainer.ckpt_path is not None:
-            return self._chosen_rho  # restored by on_load_checkpoint
+        if self._rho_chosen:
+            return self._chosen_rho
         penalty = self.hparams["head_rho"]
         if penalty is None:
-            self.refit_head()
-            penalty = float(cast(GCVRidgeHead, self.head).penalty)
-        return rho_from_penalty(float(penalty), batches)
+            penalty = gcv_penalty(training_statistics(self))
+        return float(self.trainer.strategy.broadcast(rho_from_penalty(float(penalty), batches)))
 
     def check_targets(self, y: Tensor) -> Tensor:
         """``y`` checked as float targets: ``Tensor[B, L]`` (``Tensor[B]`` for one).
