@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from suite_goals import datasets  # the data sets of records named DATA/METHOD
+
 __all__ = ["BASELINES", "MEAN_TAG", "TRAINED", "goal_rows", "goals_table"]
 
 Record = dict[str, Any]
@@ -24,11 +26,6 @@ TRAINED = {"di_last": "DI, last epoch", "di": "DI, best on held-out rows"}
 BASELINES = {"untrained": "untrained map", "nystroem_ridge": "`Nystroem` + `RidgeCV`"}
 
 
-def _datasets(records: list[Record]) -> list[str]:
-    """The data sets of the records, in the order they first appear."""
-    return list(dict.fromkeys(r["name"].partition("/")[0] for r in records))
-
-
 def goal_rows(records: list[Record]) -> list[dict[str, Any]]:
     """One row per data set with both baselines: first the seed-0 runs, then the means
     over seeds. A row holds ``dataset``, ``runs`` (``"seed 0"`` or ``"mean of K seeds"``),
@@ -37,7 +34,7 @@ def goal_rows(records: list[Record]) -> list[dict[str, Any]]:
     figures = {r["name"]: r["figures"] for r in records}
     rows = []
     for tag in ("", MEAN_TAG):
-        for dataset in _datasets(records):
+        for dataset in datasets(records):
             found = {m: figures.get(f"{dataset}/{m}{tag}") for m in (*BASELINES, *TRAINED)}
             if any(found[m] is None for m in BASELINES):
                 continue

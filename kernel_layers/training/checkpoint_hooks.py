@@ -23,7 +23,6 @@ from typing import IO, TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.training.architecture import describe_module
 from kernel_layers.training.checkpoint_checks import (
     MODULE_ARGUMENTS,
@@ -64,7 +63,7 @@ def on_save_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     """Record in ``checkpoint`` whether ``model``'s read-out is current, and the ``rho``
     its fit chose."""
     checkpoint[HEAD_CURRENT_KEY] = head_current(model)
-    checkpoint[CHOSEN_RHO_KEY] = float(model._chosen_rho) if model._rho_chosen else None
+    checkpoint[CHOSEN_RHO_KEY] = model._chosen_rho
 
 
 def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
@@ -101,10 +100,7 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     check_finite_state(owner, source, state)
     model.di_epoch_seen = None  # di_epoch_index is about to change
     chosen = checkpoint.get(CHOSEN_RHO_KEY)  # None: none chosen
-    if isinstance(chosen, float) and chosen > 0:
-        model._chosen_rho, model._rho_chosen = chosen, True
-    else:
-        model._chosen_rho, model._rho_chosen = DEFAULT_RHO, False
+    model._chosen_rho = chosen if isinstance(chosen, float) and chosen > 0 else None
     model.sync_head_rho()
     if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
         state["head.fitted"] = torch.zeros_like(state["head.fitted"])

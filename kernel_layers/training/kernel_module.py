@@ -55,7 +55,8 @@ class KernelModule(LightningModule):
     A subclass's ``__init__`` checks its arguments, calls ``save_hyperparameters``
     (``rho``, ``lr``, ``backbone_lr``, ``lr_schedule``, ``init_landmarks``,
     ``check_every`` and ``approximation_rows`` among them), then :meth:`_build` with the
-    read-out's width, and implements :meth:`check_targets` and :meth:`training_targets`.
+    read-out's width, and implements :meth:`check_targets` (and :meth:`training_targets`
+    when the objective takes the targets in another form).
     """
 
     kernel_layer: KernelFeatureMap
@@ -110,10 +111,9 @@ class KernelModule(LightningModule):
         self.short_batches_skipped = 0
         self.head_tracker = ReadoutTracker()
         register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
-        self._chosen_rho = DEFAULT_RHO  # rho=None: replaced when a fit starts
-        #: Whether a fit (or the checkpoint this model was restored from) chose
-        #: ``_chosen_rho``.
-        self._rho_chosen = False
+        #: The ``rho`` a fit (or the checkpoint this model was restored from) chose with
+        #: ``rho=None``; ``None`` until one is chosen.
+        self._chosen_rho: float | None = None
 
     @property
     def objective(self) -> str:
@@ -131,12 +131,13 @@ class KernelModule(LightningModule):
 
     def training_targets(self, y: Tensor) -> Tensor:
         """A training batch's targets ``y`` checked, in the form the objective takes:
-        labels ``Tensor[B]`` or a float matrix ``Tensor[B, L]``.
+        labels ``Tensor[B]`` or a float matrix ``Tensor[B, L]`` (by default as
+        :meth:`check_targets` gives them).
 
         Raises:
             TypeError, ValueError: targets the model cannot train on.
         """
-        raise NotImplementedError
+        return self.check_targets(y)
 
     @property
     def stop_reason(self) -> str | None:
@@ -257,8 +258,8 @@ class KernelModule(LightningModule):
         """DI's ridge parameter in use: ``rho`` as given, or (``rho=None``) the one
         :meth:`choose_rho` chose when a fit started (the paper's ``1e-4`` before any
         fit)."""
-        given = self.hparams["rho"]
-        return float(given) if given is not None else self._chosen_rho
+        chosen = self.hparams["rho"] if self.hparams["rho"] is not None else self._chosen_rho
+        return float(chosen) if chosen is not None else DEFAULT_RHO
 
     def choose_rho(self, batches: float) -> float:
         """DI's ridge parameter for a fit of ``batches`` batches per epoch when ``rho``
@@ -272,7 +273,6 @@ class KernelModule(LightningModule):
         init_map_from_data(self)
         if self.hparams["rho"] is None:
             self._chosen_rho = self.choose_rho(max(float(self.trainer.num_training_batches), 1.0))
-            self._rho_chosen = True
         self.sync_head_rho()
 
     @property

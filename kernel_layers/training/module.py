@@ -230,10 +230,6 @@ class KernelClassifier(KernelModule):
         """
         return check_labels(type(self).__name__, "y", y, self.hparams["num_classes"])
 
-    def training_targets(self, y: Tensor) -> Tensor:
-        """The labels, checked (:meth:`check_targets`)."""
-        return self.check_targets(y)
-
     def on_train_start(self) -> None:
         super().on_train_start()
         if self.hparams["objective"] == "ls" and not bool(self.head.fitted):

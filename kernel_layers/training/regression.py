@@ -166,7 +166,7 @@ class KernelRegressor(KernelModule):
         penalty never uses. The value is chosen once: a later fit of the same model,
         and a fit restored from a checkpoint that recorded one, keep it.
         """
-        if self._rho_chosen:
+        if self._chosen_rho is not None:
             return self._chosen_rho
         penalty = self.hparams["head_rho"]
         if penalty is None:
