@@ -31,14 +31,17 @@ of the training rows. The approximations share the kernel parameter
 
 Each (data set, method) is a record of ``benchmarks/results/regression.json``, written
 as soon as it is measured; a re-run skips those already there unless ``--force``.
-``--components``, ``--lr``, ``--rho`` and ``--ard`` (one learned bandwidth per feature,
-``NystromLayer(ard=True)``) measure variants (records named
-``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``). ``--seed K`` draws the
-landmarks, batches and held-out rows of the Lightning methods, ``Nystroem``'s components
-and ``DIRegressor``'s state from ``K`` instead of 0 (the split stays the same; records
-``DATA/METHOD@seedK``); each such run also rewrites the record
-``DATA/METHOD@mean of seeds``: the mean, least and largest R² over every seed stored, 0
-included (the table ``regression_seeds``).
+``--components``, ``--lr``, ``--rho``, ``--ard`` (one learned bandwidth per feature,
+``NystromLayer(ard=True)``) and ``--head-rho A`` (every read-out's penalty fixed at ``A``
+instead of chosen: ``Ridge(alpha=A)`` after ``Nystroem``, ``KernelRegressor(head_rho=A)``,
+which also sets DI's ``rho`` to ``A`` shared out over the batches; the maps compared at one
+penalty) measure variants (records named ``DATA/METHOD@J30,lr0.001,...``, the table
+``regression_variants``). ``--seed K`` draws the landmarks, batches and held-out rows of
+the Lightning methods, ``Nystroem``'s components and ``DIRegressor``'s state from ``K``
+instead of 0 (the split stays the same; records ``DATA/METHOD@seedK``, or
+``DATA/METHOD@VARIANT,seedK`` of a variant); each such run also rewrites the record
+``DATA/METHOD@mean of seeds`` (``DATA/METHOD@VARIANT,mean of seeds``): the mean, least
+and largest R² over every seed stored, 0 included (the table ``regression_seeds``).
 
 Usage::
 
@@ -64,7 +67,7 @@ from regression_goals import MEAN_TAG
 from sklearn.datasets import load_diabetes, make_friedman1
 from sklearn.kernel_approximation import Nystroem
 from sklearn.kernel_ridge import KernelRidge
-from sklearn.linear_model import RidgeCV
+from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
@@ -110,6 +113,8 @@ LR = 1e-2
 RHO: float | None = None
 #: Whether the Lightning methods' map learns one bandwidth per feature (``--ard``).
 ARD = False
+#: Every read-out's penalty, fixed (``--head-rho``); ``None``: each chooses its own.
+HEAD_RHO: float | None = None
 LR_DEFAULT, RHO_DEFAULT = LR, RHO
 #: Share of the training rows the ``di`` method validates on to keep its best epoch.
 HELD_OUT = 0.1
@@ -122,6 +127,9 @@ DESCRIPTION = (
     "standardised on the training rows; exact KernelRidge with alpha and gamma by 3-fold CV "
     f"on at most {KRR_ROWS} training rows; see benchmarks/regression.py."
 )
+
+#: The methods ``--head-rho`` fixes the read-out penalty of.
+HEAD_RHO_METHODS = ("nystroem_ridge", "untrained", "di_last", "di")
 
 Split = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -197,7 +205,7 @@ def _kernel_regressor(
     torch.manual_seed(SEED)
     layer = NystromLayer(x_train.shape[1], j, gamma=gamma, ard=ARD)
     keep = "val/r2" if held_out else None
-    model = KernelRegressor(layer, lr=LR, rho=RHO, keep_best=keep)
+    model = KernelRegressor(layer, lr=LR, rho=RHO, keep_best=keep, head_rho=HEAD_RHO)
     trainer = L.Trainer(
         max_epochs=epochs,
         callbacks=[PlateauDecay(verbose=False), DISaturationStopping()],
@@ -231,6 +239,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     gamma = 1.0 / (x_train.shape[1] * x_train.var())
     extra: dict[str, Any] = {}
     trained = method in ("di", "di_last")  # the methods whose map DI trains
+    fixed = HEAD_RHO is not None and method in HEAD_RHO_METHODS  # penalty given
     if method == "linear_ridge":
         prediction, seconds, _ = _fit_sklearn(lambda: RidgeCV(alphas=ALPHAS), data)
     elif method == "kernel_ridge_cv":
@@ -247,10 +256,10 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
         extra = {"krr_rows": rows, **{k: float(v) for k, v in model.best_params_.items()}}
         j = rows
     elif method == "nystroem_ridge":
+        readout = RidgeCV(alphas=ALPHAS) if HEAD_RHO is None else Ridge(alpha=HEAD_RHO)
         prediction, seconds, _ = _fit_sklearn(
             lambda: make_pipeline(
-                Nystroem(gamma=gamma, n_components=j, random_state=SEED),
-                RidgeCV(alphas=ALPHAS),
+                Nystroem(gamma=gamma, n_components=j, random_state=SEED), readout
             ),
             data,
         )
@@ -271,7 +280,9 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
     rmse = float(np.sqrt((residual**2).mean()))
     return {
         "dataset": name,
-        "method": LABELS[method] + (", learned bandwidths (ARD)" if ARD and trained else ""),
+        "method": (LABELS[method].replace("`RidgeCV`", "`Ridge`") if fixed else LABELS[method])
+        + (", learned bandwidths (ARD)" if ARD and trained else "")
+        + (f", read-out penalty {HEAD_RHO:g}" if fixed else ""),
         "rows": len(x_train) + len(y_test),
         "J": None if method == "linear_ridge" else j,  # no kernel map
         "r2": r2,
@@ -286,11 +297,16 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
     ``regression_seeds``."""
     names = [record["name"] for record in records]
     rows = [f"{d}/{m}" for d in DATASETS for m in METHODS if f"{d}/{m}" in names]
-    means = [f"{d}/{m}{MEAN_TAG}" for d in DATASETS for m in METHODS]
+    means = [mean_name(f"{d}/{m}") for d in DATASETS for m in METHODS]
+    tags = (SEED_TAG, MEAN_TAG, _seed_tag("@"), _mean_tag("@"))  # of plain runs and variants
+    seeded = [n for n in names if any(tag in n for tag in tags)]
     variants = sorted(
-        (n for n in names if "@" in n and SEED_TAG not in n and MEAN_TAG not in n),
-        key=lambda n: (DATASETS.index(n.split("/")[0]), n.split("@")[1], n),
+        (n for n in names if "@" in n and n not in seeded),
+        key=lambda n: (DATASETS.index(n.split("/")[0]), n.split("@")[1], _method_index(n)),
     )
+    variant_means = [
+        mean_name(n) for n in variants if mean_name(n) in names
+    ]  # in the variants' order
     columns = [
         ["data set", "{dataset}"],
         ["method", "{method}"],
@@ -307,7 +323,7 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "regression_goals": {"kind": "regression_goals"},
         "regression_seeds": {
-            "rows": [n for n in means if n in names],
+            "rows": [n for n in means if n in names] + variant_means,
             "columns": [
                 *columns[:3],
                 ["seeds", "{seeds}"],
@@ -319,19 +335,42 @@ def tables(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _method_index(name: str) -> int:
+    """The place of a record's method in :data:`METHODS` (``DATA/METHOD@...``)."""
+    return METHODS.index(name.split("/")[1].split("@")[0])
+
+
+def _seed_tag(key: str) -> str:
+    """What joins ``key`` and a seed: ``@seed`` after ``DATA/METHOD``, ``,seed`` after a
+    variant's ``DATA/METHOD@VARIANT``."""
+    return "," + SEED_TAG.removeprefix("@") if "@" in key else SEED_TAG
+
+
+def _mean_tag(key: str) -> str:
+    """What joins ``key`` and the tag of its mean over seeds (as :func:`_seed_tag`)."""
+    return "," + MEAN_TAG.removeprefix("@") if "@" in key else MEAN_TAG
+
+
+def mean_name(key: str) -> str:
+    """The name of the record of the mean over seeds of the run ``key``."""
+    return key + _mean_tag(key)
+
+
 def _seed_runs(stored: list[dict[str, Any]], key: str) -> dict[int, dict[str, Any]]:
-    """The stored runs of ``key`` (``DATA/METHOD``) by seed: ``key`` itself is seed 0,
-    ``key@seedK`` seed ``K``."""
+    """The stored runs of ``key`` (``DATA/METHOD`` or ``DATA/METHOD@VARIANT``) by seed:
+    ``key`` itself is seed 0, ``key@seedK`` (``key,seedK``) seed ``K``."""
+    tag = key + _seed_tag(key)
     return {
-        0 if r["name"] == key else int(r["name"].removeprefix(key + SEED_TAG)): r["figures"]
+        0 if r["name"] == key else int(r["name"].removeprefix(tag)): r["figures"]
         for r in stored
-        if r["name"] == key or r["name"].startswith(key + SEED_TAG)
+        if r["name"] == key or r["name"].startswith(tag)
     }
 
 
 def seed_mean(stored: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
-    """The figures of the mean over seeds of the run ``key`` (``DATA/METHOD``): the seed-0
-    record ``key`` and every ``key@seedK``; ``None`` unless seed 0 and another are stored."""
+    """The figures of the mean over seeds of the run ``key`` (``DATA/METHOD``, or a
+    variant's ``DATA/METHOD@VARIANT``): the seed-0 record ``key`` and every seed run of it
+    (:func:`_seed_runs`); ``None`` unless seed 0 and another are stored."""
     runs = _seed_runs(stored, key)
     if len(runs) < 2 or 0 not in runs:
         return None
@@ -360,17 +399,27 @@ def main(argv: list[str] | None = None) -> None:
         "--rho", type=float, default=RHO, help="DI's ridge parameter (default: chosen)"
     )
     parser.add_argument("--ard", action="store_true", help="learn one bandwidth per feature (ARD)")
+    parser.add_argument(
+        "--head-rho",
+        type=float,
+        help="fix every read-out's penalty at this value (default: each chooses its own)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random draws")
     args = parser.parse_args(argv)
     if args.seed < 0:
         parser.error(f"argument --seed: expected an integer >= 0, got {args.seed}")
-    globals().update(LR=args.lr, RHO=args.rho, ARD=args.ard, SEED=args.seed)
+    if args.head_rho is not None and not args.head_rho > 0:
+        parser.error(f"argument --head-rho: expected a number > 0, got {args.head_rho}")
+    globals().update(LR=args.lr, RHO=args.rho, ARD=args.ard, SEED=args.seed, HEAD_RHO=args.head_rho)
     changed = [f"J{args.components}"] if args.components else []
     changed += [f"lr{args.lr:g}"] if args.lr != LR_DEFAULT else []
     changed += [f"rho{args.rho:g}"] if args.rho != RHO_DEFAULT else []
     changed += ["ard"] if args.ard else []
-    changed += [f"seed{args.seed}"] if args.seed else []
-    suffix = "@" + ",".join(changed) if changed else ""
+    changed += [f"head{args.head_rho:g}"] if args.head_rho is not None else []
+    variant = "@" + ",".join(changed) if changed else ""
+    suffix = variant + (_seed_tag(variant) + str(args.seed) if args.seed else "")
+    if args.head_rho is not None:
+        args.methods = [m for m in args.methods if m in HEAD_RHO_METHODS]
     for name in args.datasets:
         data = split(name)
         for method in args.methods:
@@ -382,18 +431,20 @@ def main(argv: list[str] | None = None) -> None:
             print(key, {k: figures[k] for k in ("J", "r2", "rmse", "fit_s")}, flush=True)
             new = records.record(key, figures, "regression.py", argv)
             stored = records.store(args.output, new, DESCRIPTION, tables)
-            if args.seed and suffix == f"{SEED_TAG}{args.seed}":
-                store_seed_mean(args.output, stored, f"{name}/{method}")
+            if args.seed:
+                store_seed_mean(args.output, stored, f"{name}/{method}{variant}")
 
 
 def store_seed_mean(path: Path, stored: list[dict[str, Any]], key: str) -> None:
-    """Rewrite the record ``key@mean of seeds`` from the seed runs of ``key`` in ``stored``."""
+    """Rewrite the record :func:`mean_name` of ``key`` from the seed runs of ``key`` in
+    ``stored``."""
     figures = seed_mean(stored, key)
     if figures is None:
         return
     others = sorted(_seed_runs(stored, key))[1:]
-    mean = records.record(key + MEAN_TAG, figures, "regression.py", None)
-    mean["command"] = f"the mean of the records {key} and {key}@seedK, K in {others}"
+    mean = records.record(mean_name(key), figures, "regression.py", None)
+    tag = _seed_tag(key)
+    mean["command"] = f"the mean of the records {key} and {key}{tag}K, K in {others}"
     records.store(path, mean, DESCRIPTION, tables)
 
 

@@ -12,7 +12,7 @@ import pytest
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.datasets import load_diabetes
 from sklearn.kernel_approximation import Nystroem
-from sklearn.linear_model import RidgeCV
+from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
@@ -22,15 +22,16 @@ regression = pytest.importorskip("regression")
 report = pytest.importorskip("report")
 
 
-def _r2(seed: int) -> float:
-    """``Nystroem`` + ``RidgeCV`` on diabetes drawn from ``seed``, computed here."""
+def _r2(seed: int, alpha: float | None = None) -> float:
+    """``Nystroem`` + ``RidgeCV`` (``Ridge(alpha)`` if given) on diabetes drawn from
+    ``seed``, computed here."""
     x_train, x_test, y_train, y_test = regression.split("diabetes")
     gamma = 1.0 / (x_train.shape[1] * x_train.var())
     width = regression.components(len(x_train))
     scale = StandardScaler().fit(y_train[:, None])
     model = make_pipeline(
         Nystroem(gamma=gamma, n_components=width, random_state=seed),
-        RidgeCV(alphas=np.logspace(-4, 2, 13)),
+        RidgeCV(alphas=np.logspace(-4, 2, 13)) if alpha is None else Ridge(alpha=alpha),
     ).fit(x_train, scale.transform(y_train[:, None])[:, 0])
     predicted = scale.inverse_transform(model.predict(x_test)[:, None])[:, 0]
     return 1.0 - float(((y_test - predicted) ** 2).sum() / ((y_test - y_test.mean()) ** 2).sum())
@@ -61,6 +62,43 @@ def test_seed_runs_and_their_mean(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert data["tables"]["regression_seeds"]["rows"] == ["diabetes/nystroem_ridge@mean of seeds"]
     assert not any("seed" in n for n in data["tables"]["regression_variants"]["rows"])
     assert report.missing_fields(data) == []
+
+
+def test_a_fixed_read_out_penalty_is_a_variant_with_its_own_seeds(tmp_path: Path) -> None:
+    """``--head-rho A``: ``Nystroem`` read out by ``Ridge(alpha=A)``; its seed runs are
+    named after the variant, and their mean sits in the seeds table, not the variants'."""
+    out = tmp_path / "regression.json"
+    args = ["--datasets", "diabetes", "--output", str(out), "--head-rho", "3"]
+    regression.main([*args, "--methods", "nystroem_ridge", "linear_ridge"])
+    regression.main([*args, "--methods", "nystroem_ridge", "--seed", "1"])
+    data = json.loads(out.read_text())
+    by_name = {r["name"]: r for r in data["records"]}
+    assert sorted(by_name) == [
+        "diabetes/nystroem_ridge@head3",
+        "diabetes/nystroem_ridge@head3,mean of seeds",
+        "diabetes/nystroem_ridge@head3,seed1",
+    ]  # linear_ridge has no penalty to fix, so it is not run
+    r2 = [by_name[f"diabetes/nystroem_ridge@head3{t}"]["figures"]["r2"] for t in ("", ",seed1")]
+    assert r2 == pytest.approx([_r2(0, 3.0), _r2(1, 3.0)], abs=1e-9)
+    assert r2[0] != pytest.approx(_r2(0), abs=1e-6)  # RidgeCV chooses another penalty
+    mean = by_name["diabetes/nystroem_ridge@head3,mean of seeds"]
+    assert mean["figures"]["r2"] == pytest.approx(sum(r2) / 2, abs=1e-12)
+    assert mean["figures"]["method"] == "`Nystroem` + `Ridge`, read-out penalty 3"
+    assert mean["command"].endswith("diabetes/nystroem_ridge@head3,seedK, K in [1]")
+    tables = data["tables"]
+    assert tables["regression_variants"]["rows"] == ["diabetes/nystroem_ridge@head3"]
+    assert tables["regression_seeds"]["rows"] == ["diabetes/nystroem_ridge@head3,mean of seeds"]
+    assert report.missing_fields(data) == []
+
+
+def test_a_read_out_penalty_not_above_0_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "regression.json"
+    with pytest.raises(SystemExit):
+        regression.main(["--datasets", "diabetes", "--head-rho", "0", "--output", str(out)])
+    assert "argument --head-rho: expected a number > 0, got 0.0" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_no_mean_without_seed_0_or_from_one_run() -> None:
