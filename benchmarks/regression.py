@@ -35,13 +35,15 @@ as soon as it is measured; a re-run skips those already there unless ``--force``
 ``NystromLayer(ard=True)``) and ``--head-rho A`` (every read-out's penalty fixed at ``A``
 instead of chosen: ``Ridge(alpha=A)`` after ``Nystroem``, ``KernelRegressor(head_rho=A)``,
 which also sets DI's ``rho`` to ``A`` shared out over the batches; the maps compared at one
-penalty) measure variants (records named ``DATA/METHOD@J30,lr0.001,...``, the table
-``regression_variants``). ``--seed K`` draws the landmarks, batches and held-out rows of
-the Lightning methods, ``Nystroem``'s components and ``DIRegressor``'s state from ``K``
-instead of 0 (the split stays the same; records ``DATA/METHOD@seedK``, or
-``DATA/METHOD@VARIANT,seedK`` of a variant); each such run also rewrites the record
-``DATA/METHOD@mean of seeds`` (``DATA/METHOD@VARIANT,mean of seeds``): the mean, least
-and largest R² over every seed stored, 0 included (the table ``regression_seeds``).
+penalty; the methods with no such penalty, ``linear_ridge``, ``kernel_ridge_cv`` and
+``di_regressor``, are not run) measure variants (records named
+``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``). ``--seed K`` draws the
+landmarks, batches and held-out rows of the Lightning methods, ``Nystroem``'s components
+and ``DIRegressor``'s state from ``K`` instead of 0 (the split stays the same; records
+``DATA/METHOD@seedK``, or ``DATA/METHOD@VARIANT,seedK`` of a variant); each such run also
+rewrites the record ``DATA/METHOD@mean of seeds`` (``DATA/METHOD@VARIANT,mean of
+seeds``): the mean, least and largest R² over every seed stored, 0 included (the table
+``regression_seeds``).
 
 Usage::
 
