@@ -18,7 +18,8 @@ default, ``min(400, rows // 3)``) and ``gamma = gamma_heuristic(training rows)``
   before training;
 * ``di_trained_paper_rho``: the same with the paper's ``rho = 1e-4`` on every data set;
 * ``di_trained_keep_best``: ``di_trained`` with ``keep_best="val/acc"``: the model of the
-  best epoch on the validation split, the untrained map a candidate;
+  best epoch on the validation split, the untrained map a candidate, ties of accuracy
+  decided by the read-out's validation squared error ``val/mse``;
 * ``diclassifier``: ``DIClassifier()`` with its defaults (``random_state=0``);
 * ``svc``: ``SVC()`` with its defaults;
 * ``svc_cv``: ``SVC`` with ``C`` in ``{1, 10, 100}`` and ``gamma`` in ``{0.1, 1, 10} x``

@@ -12,8 +12,14 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
 from kernel_layers._validation import check_bool
-from kernel_layers.callbacks.monitor import MonitorCallback, should_skip
-from kernel_layers.callbacks.untrained_baseline import untrained_score
+from kernel_layers.callbacks.monitor import (
+    MonitorCallback,
+    check_monitor,
+    missing_monitor_message,
+    read_monitor,
+    should_skip,
+)
+from kernel_layers.callbacks.untrained_baseline import untrained_scores
 
 __all__ = ["KeepBest"]
 
@@ -44,6 +50,13 @@ class KeepBest(MonitorCallback):
     refitted when it is next used. Training then never leaves the model worse on
     validation than where it started.
 
+    With ``tie_break``, a second metric (lower is better) decides between epochs whose
+    monitored values are equal: an epoch that equals the best one exactly is kept if its
+    ``tie_break`` value is lower. Validation accuracy moves in steps of one row, so ties
+    are frequent on a few hundred rows; ``KernelClassifier(keep_best="val/acc")`` breaks
+    them by its ridge read-out's squared error ``val/mse``, the untrained map's
+    included, as the scikit-learn estimators do.
+
     The value is read at the end of each training epoch, after that epoch's validation
     (validate every epoch: ``check_val_every_n_epoch=1``). The copy lives on the CPU and
     is part of the callback's checkpoint state, so a resumed fit still returns the best
@@ -62,12 +75,15 @@ class KeepBest(MonitorCallback):
             map as a candidate (see above; needs a :class:`~kernel_layers.KernelClassifier`
             or :class:`~kernel_layers.KernelRegressor` and a :mod:`kernel_layers.data`
             module with a validation split).
+        tie_break: key of ``trainer.callback_metrics`` (lower is better) that decides
+            between epochs of equal ``monitor`` values; ``None``: the earlier is kept.
 
     Attributes:
         best_score (float): best monitored value so far.
         best_epoch (int | None): the epoch of the copy (``-1``: the untrained map;
             ``None``: none yet).
         best_state (dict[str, Any] | None): the copied ``state_dict`` (tensors on the CPU).
+        best_tie (float | None): the ``tie_break`` value of the copy (``None``: none read).
 
     Raises:
         RuntimeError: at the end of an epoch, if ``strict`` and ``monitor`` was not logged.
@@ -82,6 +98,7 @@ class KeepBest(MonitorCallback):
         strict: bool = True,
         verbose: bool = True,
         include_untrained: bool = True,
+        tie_break: str | None = None,
     ) -> None:
         super().__init__(
             monitor=monitor,
@@ -92,18 +109,27 @@ class KeepBest(MonitorCallback):
         )
         self.verbose = check_bool(_OWNER, "verbose", verbose)
         self.include_untrained = check_bool(_OWNER, "include_untrained", include_untrained)
+        if tie_break is not None:
+            check_monitor(_OWNER, tie_break, "tie_break")
+        self.tie_break = tie_break
         self.best_epoch: int | None = None
         self.best_state: dict[str, Any] | None = None
+        self.best_tie: float | None = None
 
     @override
     def _extra_state(self) -> dict[str, Any]:
-        return {"best_epoch": self.best_epoch, "best_state": self.best_state}
+        return {
+            "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+            "best_tie": self.best_tie,
+        }
 
     @override
     def _load_extra(self, state: Mapping[str, Any]) -> None:
-        epoch = state["best_epoch"]
+        epoch, tie = state["best_epoch"], state["best_tie"]
         self.best_epoch = None if epoch is None else int(epoch)
         self.best_state = state["best_state"]
+        self.best_tie = None if tie is None else float(tie)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -124,17 +150,47 @@ class KeepBest(MonitorCallback):
                 f"{type(pl_module).__name__} and {type(datamodule).__name__} (or pass "
                 "include_untrained=False)"
             )
-        self._keep(pl_module, untrained_score(pl_module, head, datamodule, "val"), -1)
+        score, squared_error = untrained_scores(pl_module, head, datamodule, "val")
+        self._keep(pl_module, score, -1, squared_error if self.tie_break else None)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         current = self._epoch_value(trainer)
-        if current is None or not self._improves(current):
+        if current is None:
             return
-        self._keep(pl_module, current, trainer.current_epoch)
+        tie = self._tie_value(trainer)
+        if self._improves(current) or self._wins_tie(current, tie):
+            self._keep(pl_module, current, trainer.current_epoch, tie)
 
-    def _keep(self, pl_module: pl.LightningModule, score: float, epoch: int) -> None:
+    def _tie_value(self, trainer: pl.Trainer) -> float | None:
+        """This epoch's ``tie_break`` value (``None`` without one).
+
+        Raises:
+            RuntimeError: ``strict`` and ``tie_break`` was not logged.
+        """
+        if self.tie_break is None:
+            return None
+        logs = trainer.callback_metrics
+        if self.tie_break not in logs:
+            if self.strict:
+                raise RuntimeError(missing_monitor_message(_OWNER, self.tie_break, logs))
+            return None
+        return read_monitor(_OWNER, logs, self.tie_break)
+
+    def _wins_tie(self, current: float, tie: float | None) -> bool:
+        """Whether an epoch equal to the best on ``monitor`` is better on ``tie_break``."""
+        return (
+            current == self.best_score
+            and tie is not None
+            and self.best_tie is not None
+            and tie < self.best_tie
+        )
+
+    def _keep(
+        self, pl_module: pl.LightningModule, score: float, epoch: int, tie: float | None
+    ) -> None:
         self.best_score = score
+        self.best_tie = tie
         self.best_epoch = epoch
         # tensors copied to the CPU first, then the rest (extra states) copied there
         self.best_state = copy.deepcopy(

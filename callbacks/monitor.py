@@ -49,17 +49,18 @@ LOGGER_NAME = "kernel_layers.callbacks"
 log = logging.getLogger(LOGGER_NAME)
 
 
-def check_monitor(owner: str, value: Any) -> str:
-    """Checks that ``monitor`` is a non-empty string.
+def check_monitor(owner: str, value: Any, argument: str = "monitor") -> str:
+    """Checks that ``monitor`` (or the metric key ``argument``) is a non-empty string.
 
     Raises:
         TypeError: ``value`` is not a ``str``.
         ValueError: ``value`` is empty.
     """
+    message = f"{owner}: argument {argument!r} must be a non-empty str, got {value!r}"
     if not isinstance(value, str):
-        raise TypeError(f"{owner}: argument 'monitor' must be a non-empty str, got {value!r}")
+        raise TypeError(message)
     if not value:
-        raise ValueError(f"{owner}: argument 'monitor' must be a non-empty str, got {value!r}")
+        raise ValueError(message)
     return value
 
 

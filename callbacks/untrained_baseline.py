@@ -9,15 +9,17 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
+from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.regression import R2Score
 from typing_extensions import override
 
 from kernel_layers._tensor_checks import check_float_targets
 from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
+from kernel_layers.training.heads import one_hot_targets
 from kernel_layers.training.modes import eval_mode
 
-__all__ = ["UntrainedBaseline"]
+__all__ = ["UntrainedBaseline", "untrained_score", "untrained_scores"]
 
 _OWNER = "UntrainedBaseline"
 
@@ -70,10 +72,17 @@ class UntrainedBaseline(Callback):
         )
 
 
-@torch.no_grad()
 def untrained_score(
     model: pl.LightningModule, head: Any, datamodule: Any, split: str = "test"
 ) -> float:
+    """The first of :func:`untrained_scores`: the accuracy, or the ``R^2``."""
+    return untrained_scores(model, head, datamodule, split)[0]
+
+
+@torch.no_grad()
+def untrained_scores(
+    model: pl.LightningModule, head: Any, datamodule: Any, split: str = "test"
+) -> tuple[float, float | None]:
     """Score on a split of a fresh ridge read-out fitted on ``model``'s current features
     of the training rows: the accuracy for class labels, the ``R^2`` (averaged uniformly
     over the targets, as :class:`~kernel_layers.KernelRegressor` logs it) for float
@@ -88,14 +97,17 @@ def untrained_score(
         split: ``"test"`` or ``"val"``.
 
     Returns:
-        float: the fraction of the split's rows classified correctly, or its ``R^2``,
-        computed by the metric the model logs (``MulticlassAccuracy``, ``R2Score``) so
-        that the same predictions give the same value, to the last bit, as ``val/acc``
-        or ``val/r2``.
+        tuple[float, float | None]: the fraction of the split's rows classified
+        correctly, or its ``R^2``; and for class labels the read-out's mean squared
+        error against their one-hot targets (``None`` for float targets). Each is
+        computed by the metric the model logs (``MulticlassAccuracy``,
+        ``MeanSquaredError``, ``R2Score``), so that the same predictions give the same
+        values, to the last bit, as ``val/acc``, ``val/mse`` or ``val/r2``.
     """
     fresh = copy.deepcopy(head).to(model.device)
     fresh.reset()
     r2 = R2Score(multioutput="uniform_average").to(model.device)
+    squared_error = MeanSquaredError().to(model.device)
     accuracy: MulticlassAccuracy | None = None  # made at the first class labels
     with eval_mode(model):
         for batch in datamodule.train_eval_dataloader():
@@ -115,9 +127,12 @@ def untrained_score(
                     accuracy = MulticlassAccuracy(fresh.num_outputs, average="micro")
                     accuracy = accuracy.to(model.device)
                 accuracy.update(scores, y)
+                squared_error.update(scores, one_hot_targets(y, scores.shape[1], scores.dtype))
     if r2.update_called:
-        return float(r2.compute())
-    return 0.0 if accuracy is None else float(accuracy.compute())
+        return float(r2.compute()), None
+    if accuracy is None:
+        return 0.0, None
+    return float(accuracy.compute()), float(squared_error.compute())
 
 
 def _targets(model: pl.LightningModule, y: Tensor, outputs: int) -> Tensor:

@@ -98,7 +98,7 @@ def _data(seed: int = 0) -> TensorDataModule:
     return TensorDataModule(x[:900], y[:900], x[900:], y[900:], batch_size=300, val_fraction=0.2)
 
 
-def test_val_di_is_the_row_weighted_di_of_the_validation_batches(
+def test_val_di_and_val_mse_of_the_validation_rows(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:
     L.seed_everything(0)
@@ -116,6 +116,11 @@ def test_val_di_is_the_row_weighted_di_of_the_validation_batches(
                 rows += len(x)
     assert rows > 0
     assert float(trainer.callback_metrics["val/di"]) == pytest.approx(total / rows, rel=1e-4)
+    # val/mse: the ridge read-out's squared error against the one-hot targets
+    x, y = dm.val_dataset.tensors[:2]  # type: ignore[union-attr]
+    with torch.no_grad():
+        expected = _one_hot_mse(model.head(model(x)), y)
+    assert float(trainer.callback_metrics["val/mse"]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_keep_best_option_adds_the_callback_and_hands_back_the_best_epoch(
@@ -217,3 +222,130 @@ def test_an_epoch_that_ties_with_the_untrained_map_does_not_replace_it(
     assert round(epoch_score * 180) == 148
     assert keep.best_score == epoch_score  # the same value, not one rounded differently
     assert keep.best_epoch == -1  # a step of 1e-30 changes no prediction: a tie
+
+
+#: A scripted monitor with a three-way tie at 0.9 (epochs 1 to 3) and a tie metric.
+TIE_SCRIPT = [0.5, 0.9, 0.9, 0.9, 0.7]
+TIE_VALUES = [5.0, 4.0, 2.0, 3.0, 1.0]
+
+
+class _ScriptedTie(_Scripted):
+    """``_Scripted`` with ``val/score`` from ``TIE_SCRIPT`` and ``val/tie`` from
+    ``TIE_VALUES``."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val/score", TIE_SCRIPT[self.current_epoch], on_epoch=True)
+        self.log("val/tie", TIE_VALUES[self.current_epoch], on_epoch=True)
+
+
+@pytest.mark.parametrize(("tie_break", "kept"), [("val/tie", 2), (None, 1)])
+def test_tie_break_decides_between_epochs_of_equal_value(
+    make_trainer: Callable[..., L.Trainer], tie_break: str | None, kept: int
+) -> None:
+    model = _ScriptedTie()
+    keep = KeepBest("val/score", verbose=False, tie_break=tie_break)
+    make_trainer(callbacks=[keep], max_epochs=len(TIE_SCRIPT)).fit(model, _loader(), _loader())
+    assert keep.best_epoch == kept  # epoch 4's lower tie value does not beat a higher score
+    assert keep.best_tie == (TIE_VALUES[kept] if tie_break else None)
+    torch.testing.assert_close(model.w.detach(), torch.full((3,), float(kept)), rtol=0, atol=0)
+
+
+def test_a_missing_tie_break_metric_is_named(make_trainer: Callable[..., L.Trainer]) -> None:
+    keep = KeepBest("val/score", tie_break="val/nothing")
+    with pytest.raises(RuntimeError, match=r"KeepBest: monitored metric 'val/nothing' is not"):
+        make_trainer(callbacks=[keep], max_epochs=1).fit(_Scripted(), _loader(), _loader())
+
+
+@pytest.mark.parametrize(("value", "error"), [("", ValueError), (3, TypeError)])
+def test_a_bad_tie_break_is_named(value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"KeepBest: argument 'tie_break' must be a non-empty str"):
+        KeepBest("val/acc", tie_break=value)
+
+
+def test_the_tie_value_survives_a_checkpoint() -> None:
+    keep = KeepBest("val/score", tie_break="val/tie")
+    keep.best_score, keep.best_epoch, keep.best_tie = 0.9, 2, 0.25
+    buffer = io.BytesIO()
+    torch.save(keep.state_dict(), buffer)
+    buffer.seek(0)
+    fresh = KeepBest("val/score", tie_break="val/tie")
+    fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    assert (fresh.best_score, fresh.best_epoch, fresh.best_tie) == (0.9, 2, 0.25)
+
+
+def _one_hot_mse(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean squared error of ``scores [N, L]`` against one-hot ``labels [N]``, float64."""
+    targets = torch.nn.functional.one_hot(labels.long(), scores.shape[1]).double()
+    return float(((scores.double() - targets) ** 2).mean())
+
+
+def test_the_untrained_maps_squared_error_is_a_fresh_ridge_fit_on_the_training_rows(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    """``untrained_scores``' squared error, against a ridge regression with intercept
+    written out in float64 on the same features."""
+    from kernel_layers.callbacks.untrained_baseline import untrained_scores
+
+    L.seed_everything(0)
+    dm = _data()
+    dm.setup("fit")
+    model = KernelClassifier(FourierLayer(8, 40, seed=0), num_classes=3)
+    accuracy, squared_error = untrained_scores(model, model.head, dm, "val")
+    x_fit, y_fit = dm.train_dataset.tensors[:2]  # type: ignore[union-attr]
+    x_val, y_val = dm.val_dataset.tensors[:2]  # type: ignore[union-attr]
+    with torch.no_grad():
+        phi, phi_val = model(x_fit).double(), model(x_val).double()
+    targets = torch.nn.functional.one_hot(y_fit.long(), 3).double()
+    mean, target_mean = phi.mean(0), targets.mean(0)
+    centred = phi - mean
+    gram = centred.T @ centred + model.head.rho * torch.eye(40, dtype=torch.float64)
+    weight = torch.linalg.solve(gram, centred.T @ (targets - target_mean))
+    scores = (phi_val - mean) @ weight + target_mean
+    assert squared_error == pytest.approx(_one_hot_mse(scores, y_val), rel=1e-4)
+    assert accuracy == pytest.approx(float((scores.argmax(1) == y_val).double().mean()), abs=1e-6)
+
+
+@pytest.mark.parametrize("objective", ["di", "ce"])
+def test_keep_best_val_acc_breaks_ties_by_val_mse_with_a_ridge_read_out(objective: str) -> None:
+    model = KernelClassifier(
+        FourierLayer(8, 30, seed=0), num_classes=3, objective=objective, keep_best="val/acc"
+    )
+    (keep,) = [c for c in model.configure_callbacks() if isinstance(c, KeepBest)]
+    assert keep.tie_break == ("val/mse" if objective == "di" else None)
+
+
+def test_an_epoch_that_ties_with_the_untrained_map_on_accuracy_wins_on_squared_error(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    """At a small learning rate no epoch changes the validation accuracy of the
+    untrained map (151 of 180 rows), but each lowers the read-out's squared error: the
+    epoch kept is the one of the least error, not the untrained map."""
+    from kernel_layers.callbacks.untrained_baseline import untrained_scores
+
+    L.seed_everything(0)
+    model = KernelClassifier(
+        FourierLayer(8, 30, seed=0), num_classes=3, lr=1e-3, keep_best="val/acc"
+    )
+    seen: list[tuple[float, float]] = []
+
+    class Record(L.Callback):
+        def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if trainer.current_epoch == 0:
+                with torch.random.fork_rng():  # the fit's draws stay as they are
+                    score, error = untrained_scores(
+                        pl_module, pl_module.head, trainer.datamodule, "val"
+                    )
+                assert error is not None
+                seen.append((score, error))
+
+        def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            logs = trainer.callback_metrics
+            seen.append((float(logs["val/acc"]), float(logs["val/mse"])))
+
+    trainer = make_trainer(callbacks=[Record()], max_epochs=6)
+    trainer.fit(model, _data())
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    assert {round(score * 180) for score, _ in seen} == {151}  # every epoch ties
+    least = min(range(len(seen)), key=lambda i: seen[i][1])
+    assert least > 0 and keep.best_epoch == least - 1  # epochs count from 0 after it
+    assert keep.best_tie == seen[least][1]

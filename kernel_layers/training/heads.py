@@ -16,6 +16,7 @@ __all__ = [
     "GCVRidgeHead",
     "RidgeHead",
     "gcv_penalty",
+    "one_hot_targets",
     "ridge_solve",
 ]
 
@@ -23,6 +24,12 @@ __all__ = [
 DEFAULT_HEAD_RHO = 1e-3
 #: Penalties :func:`gcv_penalty` tries, relative to the mean eigenvalue of the scatter.
 GCV_GRID = tuple(10.0**k for k in range(-8, 3))
+
+
+def one_hot_targets(labels: Tensor, num_outputs: int, dtype: torch.dtype) -> Tensor:
+    """The targets a ridge read-out fits for class labels: ``labels (Tensor[B])`` in
+    ``[0, L)`` as ``{0, 1}`` rows ``Tensor[B, L]`` of ``dtype``, ``L = num_outputs``."""
+    return nn.functional.one_hot(labels.long(), num_outputs).to(dtype)
 
 
 def ridge_solve(stats: DIStatistics, rho: float) -> tuple[Tensor, Tensor]:
@@ -137,7 +144,7 @@ class RidgeHead(nn.Module):
             y = check_matrix(type(self).__name__, "targets", targets, width=self.num_outputs)
         else:
             labels = check_labels(type(self).__name__, "targets", targets, self.num_outputs)
-            y = nn.functional.one_hot(labels.long(), self.num_outputs)
+            y = one_hot_targets(labels, self.num_outputs, SOLVE_DTYPE)
         # ridge_solve's Cholesky reads the scatter's lower triangle only
         batch = di_statistics(features.to(SOLVE_DTYPE), y.to(SOLVE_DTYPE))
         self._stats = batch if self._stats is None else merge_statistics(self._stats, batch)

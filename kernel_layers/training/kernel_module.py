@@ -194,8 +194,14 @@ class KernelModule(LightningModule):
         if self.hparams.get("approximation_rows", 0):
             callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
         if self.hparams.get("keep_best"):
-            callbacks.append(KeepBest(self.hparams["keep_best"]))
+            monitor = self.hparams["keep_best"]
+            callbacks.append(KeepBest(monitor, tie_break=self.tie_break(monitor)))
         return callbacks
+
+    def tie_break(self, monitor: str) -> str | None:
+        """The validation metric (lower is better) that decides between epochs equal on
+        ``monitor`` under ``keep_best``; ``None`` (default): the earlier is kept."""
+        return None
 
     # ------------------------------------------------------------------ features
     def embed(self, x: Tensor) -> Tensor:

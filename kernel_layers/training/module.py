@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
 
 from kernel_layers._validation import (
@@ -30,17 +31,20 @@ from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
 from kernel_layers.training.di_epoch import log_validation_di
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms
-from kernel_layers.training.heads import DEFAULT_HEAD_RHO
+from kernel_layers.training.heads import DEFAULT_HEAD_RHO, one_hot_targets
 from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.losses import refit_ls_readout
 from kernel_layers.training.predictor import Predictor, build_predictor
 from kernel_layers.training.readout import check_head_ready
 
-__all__ = ["OBJECTIVES", "KernelClassifier"]
+__all__ = ["OBJECTIVES", "SQUARED_ERROR_KEY", "KernelClassifier"]
 
 #: Training objectives: Discriminant Information, the paper's least-squares and
 #: cross-entropy baselines.
 OBJECTIVES = ("di", "ls", "ce")
+#: The ridge read-out's validation squared error: what ``keep_best="val/acc"`` breaks
+#: ties of accuracy by.
+SQUARED_ERROR_KEY = "val/mse"
 
 
 class KernelClassifier(KernelModule):
@@ -67,7 +71,9 @@ class KernelClassifier(KernelModule):
     ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
     ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc``,
     ``val/di`` (``"di"``: the mean DI of the validation batches larger than the feature
-    width, weighted by their rows) and ``test/acc``.
+    width, weighted by their rows), ``val/mse`` (``"di"``, ``"ls"``: the ridge
+    read-out's mean squared error against the ``{0, 1}`` one-hot targets of the
+    validation rows) and ``test/acc``.
 
     Checkpoints hold only tensors and primitive types (``weights_only=True`` loads
     them); the epoch's DI sums are buffers, so a fit resumed mid-epoch reports the same
@@ -120,6 +126,9 @@ class KernelClassifier(KernelModule):
         keep_best: ``"val/acc"`` or ``"val/di"``: the model handed back when ``fit``
             ends is the one of the best epoch on that validation metric
             (:class:`~kernel_layers.callbacks.KeepBest`), not the last; ``None``: the last.
+            With ``"val/acc"`` and a ridge read-out (``"di"``, ``"ls"``), epochs of equal
+            accuracy (it moves in steps of one validation row) are told apart by
+            ``val/mse``, the lower kept, as the scikit-learn estimators do.
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
@@ -182,6 +191,7 @@ class KernelClassifier(KernelModule):
         )
         self.sync_head_rho()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_mse = MeanSquaredError()
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
 
     @property
@@ -248,8 +258,16 @@ class KernelClassifier(KernelModule):
         x, y = batch[0], batch[1]
         with named_batch_errors(name.split("/")[0], batch_idx):
             y = self.check_targets(y)
-        metric.update(self.scores(self(x)), y)
+        scores = self.scores(self(x))
+        metric.update(scores, y)
         self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True)
+        if name == "val/acc" and self.readout is None:  # the ridge read-out's fit
+            self.val_mse.update(scores, one_hot_targets(y, scores.shape[1], scores.dtype))
+            self.log(SQUARED_ERROR_KEY, self.val_mse, on_step=False, on_epoch=True)
+
+    def tie_break(self, monitor: str) -> str | None:
+        """``val/mse`` for ``keep_best="val/acc"`` with a ridge read-out, else ``None``."""
+        return SQUARED_ERROR_KEY if monitor == "val/acc" and self.readout is None else None
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, self.val_acc, "val/acc")
