@@ -25,15 +25,30 @@ __all__ = ["ROOT", "command", "commit", "load_records", "machine", "record", "st
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def commit() -> str:
-    """``git rev-parse --short HEAD`` of the code measured (``"unknown"`` outside git)."""
+def commit(root: Path = ROOT) -> str:
+    """``git rev-parse --short HEAD`` of the code measured (``"unknown"`` outside git),
+    followed by ``+uncommitted`` when a tracked file outside ``benchmarks/results/`` (the
+    records themselves) differs from that commit: the code measured is then not the
+    commit's."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
         )
     except OSError:
         return "unknown"
-    return out.stdout.strip() or "unknown"
+    name = head.stdout.strip()
+    if not name:
+        return "unknown"
+    changed = [line[3:] for line in status.stdout.splitlines()]
+    if any(not path.startswith("benchmarks/results/") for path in changed):
+        return name + "+uncommitted"
+    return name
 
 
 def machine(device: torch.device | None = None) -> str:

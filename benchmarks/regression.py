@@ -34,7 +34,8 @@ as soon as it is measured; a re-run skips those already there unless ``--force``
 ``--components``, ``--lr``, ``--rho``, ``--ard`` (one learned bandwidth per feature,
 ``NystromLayer(ard=True)``) and ``--head-rho A`` (every read-out's penalty fixed at ``A``
 instead of chosen: ``Ridge(alpha=A)`` after ``Nystroem``, ``KernelRegressor(head_rho=A)``,
-which also sets DI's ``rho`` to ``A`` shared out over the batches; the maps compared at one
+which also sets DI's ``rho`` to ``A`` shared out over the batches unless ``--rho`` is
+given; the maps compared at one
 penalty; the methods with no such penalty, ``linear_ridge``, ``kernel_ridge_cv`` and
 ``di_regressor``, are not run) measure variants (records named
 ``DATA/METHOD@J30,lr0.001,...``, the table ``regression_variants``). ``--seed K`` draws the
@@ -422,6 +423,11 @@ def main(argv: list[str] | None = None) -> None:
     suffix = variant + (_seed_tag(variant) + str(args.seed) if args.seed else "")
     if args.head_rho is not None:
         args.methods = [m for m in args.methods if m in HEAD_RHO_METHODS]
+        if not args.methods:
+            parser.error(
+                "argument --head-rho: none of the methods given has a read-out penalty to "
+                f"fix; expected one of {', '.join(HEAD_RHO_METHODS)}"
+            )
     for name in args.datasets:
         data = split(name)
         for method in args.methods:

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
@@ -19,7 +20,7 @@ from kernel_layers.callbacks.monitor import (
     read_monitor,
     should_skip,
 )
-from kernel_layers.callbacks.untrained_baseline import untrained_scores
+from kernel_layers.callbacks.untrained_baseline import SQUARED_ERROR_KEY, untrained_scores
 
 __all__ = ["KeepBest"]
 
@@ -51,11 +52,14 @@ class KeepBest(MonitorCallback):
     validation than where it started.
 
     With ``tie_break``, a second metric (lower is better) decides between epochs whose
-    monitored values are equal: an epoch that equals the best one exactly is kept if its
-    ``tie_break`` value is lower. Validation accuracy moves in steps of one row, so ties
-    are frequent on a few hundred rows; ``KernelClassifier(keep_best="val/acc")`` breaks
-    them by its ridge read-out's squared error ``val/mse``, the untrained map's
-    included, as the scikit-learn estimators do.
+    monitored values tie: an epoch that does not improve on the best by the threshold
+    margin, yet is not worse than it, is kept if its ``tie_break`` value is lower.
+    Validation accuracy moves in steps of one row, so ties are frequent on a few hundred
+    rows; ``KernelClassifier(keep_best="val/acc")`` breaks them by its ridge read-out's
+    squared error ``val/mse``, the untrained map's included (its squared error is known
+    for ``val/mse`` only), as the scikit-learn estimators do. Under several processes
+    the untrained map is scored on every validation row, the epochs on the distributed
+    sampler's shards (which may repeat a few rows), so a tie between them can be missed.
 
     The value is read at the end of each training epoch, after that epoch's validation
     (validate every epoch: ``check_val_every_n_epoch=1``). The copy lives on the CPU and
@@ -86,7 +90,8 @@ class KeepBest(MonitorCallback):
         best_tie (float | None): the ``tie_break`` value of the copy (``None``: none read).
 
     Raises:
-        RuntimeError: at the end of an epoch, if ``strict`` and ``monitor`` was not logged.
+        RuntimeError: at the end of an epoch, if ``strict`` and ``monitor`` (or
+            ``tie_break``) was not logged.
     """
 
     def __init__(
@@ -151,7 +156,8 @@ class KeepBest(MonitorCallback):
                 "include_untrained=False)"
             )
         score, squared_error = untrained_scores(pl_module, head, datamodule, "val")
-        self._keep(pl_module, score, -1, squared_error if self.tie_break else None)
+        tie = squared_error if self.tie_break == SQUARED_ERROR_KEY else None
+        self._keep(pl_module, score, -1, tie)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -172,19 +178,18 @@ class KeepBest(MonitorCallback):
             return None
         logs = trainer.callback_metrics
         if self.tie_break not in logs:
+            message = missing_monitor_message(_OWNER, self.tie_break, logs)
             if self.strict:
-                raise RuntimeError(missing_monitor_message(_OWNER, self.tie_break, logs))
+                raise RuntimeError(message)
+            rank_zero_warn(message, category=RuntimeWarning)
             return None
         return read_monitor(_OWNER, logs, self.tie_break)
 
     def _wins_tie(self, current: float, tie: float | None) -> bool:
-        """Whether an epoch equal to the best on ``monitor`` is better on ``tie_break``."""
-        return (
-            current == self.best_score
-            and tie is not None
-            and self.best_tie is not None
-            and tie < self.best_tie
-        )
+        """Whether an epoch that ties with the best on ``monitor`` (no improvement by
+        the threshold margin, and not worse) is better on ``tie_break``."""
+        not_worse = current >= self.best_score if self.mode == "max" else current <= self.best_score
+        return not_worse and tie is not None and self.best_tie is not None and tie < self.best_tie
 
     def _keep(
         self, pl_module: pl.LightningModule, score: float, epoch: int, tie: float | None

@@ -19,9 +19,12 @@ from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
 from kernel_layers.training.heads import one_hot_targets
 from kernel_layers.training.modes import eval_mode
 
-__all__ = ["UntrainedBaseline", "untrained_score", "untrained_scores"]
+__all__ = ["SQUARED_ERROR_KEY", "UntrainedBaseline", "untrained_score", "untrained_scores"]
 
 _OWNER = "UntrainedBaseline"
+#: The key ``KernelClassifier`` logs the ridge read-out's validation squared error under:
+#: the value :func:`untrained_scores` gives beside the accuracy.
+SQUARED_ERROR_KEY = "val/mse"
 
 
 class UntrainedBaseline(Callback):
@@ -102,7 +105,10 @@ def untrained_scores(
         error against their one-hot targets (``None`` for float targets). Each is
         computed by the metric the model logs (``MulticlassAccuracy``,
         ``MeanSquaredError``, ``R2Score``), so that the same predictions give the same
-        values, to the last bit, as ``val/acc``, ``val/mse`` or ``val/r2``.
+        values, to the last bit, as ``val/acc``, ``val/mse`` or ``val/r2`` in one
+        process. Under several processes every process scores the whole split, while
+        the logged values are synced over the distributed sampler's shards, which may
+        repeat a few rows to make them equal.
     """
     fresh = copy.deepcopy(head).to(model.device)
     fresh.reset()

@@ -349,3 +349,43 @@ def test_an_epoch_that_ties_with_the_untrained_map_on_accuracy_wins_on_squared_e
     least = min(range(len(seen)), key=lambda i: seen[i][1])
     assert least > 0 and keep.best_epoch == least - 1  # epochs count from 0 after it
     assert keep.best_tie == seen[least][1]
+
+
+class _ScriptedThreshold(_Scripted):
+    """``val/score`` 0.5, 0.505, 0.5 and ``val/tie`` 3, 1, 2: epoch 1 is better than
+    epoch 2 on both, yet within a threshold of 0.01 of epoch 0."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val/score", [0.5, 0.505, 0.5][self.current_epoch], on_epoch=True)
+        self.log("val/tie", [3.0, 1.0, 2.0][self.current_epoch], on_epoch=True)
+
+
+def test_a_tie_within_the_threshold_goes_to_the_tie_break(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    keep = KeepBest("val/score", threshold=0.01, verbose=False, tie_break="val/tie")
+    make_trainer(callbacks=[keep], max_epochs=3).fit(_ScriptedThreshold(), _loader(), _loader())
+    assert (keep.best_epoch, keep.best_tie) == (1, 1.0)
+
+
+def test_a_missing_tie_break_metric_warns_when_not_strict(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    keep = KeepBest("val/score", strict=False, verbose=False, tie_break="val/nothing")
+    with pytest.warns(RuntimeWarning, match=r"KeepBest: monitored metric 'val/nothing' is not"):
+        make_trainer(callbacks=[keep], max_epochs=len(SCRIPT)).fit(
+            _Scripted(), _loader(), _loader()
+        )
+    assert keep.best_epoch == 2 and keep.best_tie is None  # chosen on val/score alone
+
+
+def test_the_untrained_map_has_a_tie_value_for_val_mse_only(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    """Its squared error is not a value of another ``tie_break`` metric: with
+    ``val/di`` it has none, so no epoch wins a tie against it."""
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=2), num_classes=3, lr=1e-30)
+    keep = KeepBest("val/acc", verbose=False, tie_break="val/di")
+    make_trainer(callbacks=[keep], max_epochs=1).fit(model, _data())
+    assert keep.best_epoch == -1 and keep.best_tie is None

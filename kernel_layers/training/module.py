@@ -23,6 +23,7 @@ from kernel_layers._validation import (
     check_labels,
     check_nonnegative,
 )
+from kernel_layers.callbacks.untrained_baseline import SQUARED_ERROR_KEY
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training import preflight
@@ -37,14 +38,11 @@ from kernel_layers.training.losses import refit_ls_readout
 from kernel_layers.training.predictor import Predictor, build_predictor
 from kernel_layers.training.readout import check_head_ready
 
-__all__ = ["OBJECTIVES", "SQUARED_ERROR_KEY", "KernelClassifier"]
+__all__ = ["OBJECTIVES", "KernelClassifier"]
 
 #: Training objectives: Discriminant Information, the paper's least-squares and
 #: cross-entropy baselines.
 OBJECTIVES = ("di", "ls", "ce")
-#: The ridge read-out's validation squared error: what ``keep_best="val/acc"`` breaks
-#: ties of accuracy by.
-SQUARED_ERROR_KEY = "val/mse"
 
 
 class KernelClassifier(KernelModule):
@@ -71,9 +69,9 @@ class KernelClassifier(KernelModule):
     ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
     ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc``,
     ``val/di`` (``"di"``: the mean DI of the validation batches larger than the feature
-    width, weighted by their rows), ``val/mse`` (``"di"``, ``"ls"``: the ridge
-    read-out's mean squared error against the ``{0, 1}`` one-hot targets of the
-    validation rows) and ``test/acc``.
+    width, weighted by their rows), ``val/mse`` (with the ridge read-out: ``"di"`` and
+    ``"ls"`` without a group lasso; its mean squared error against the ``{0, 1}``
+    one-hot targets of the validation rows) and ``test/acc``.
 
     Checkpoints hold only tensors and primitive types (``weights_only=True`` loads
     them); the epoch's DI sums are buffers, so a fit resumed mid-epoch reports the same

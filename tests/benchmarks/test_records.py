@@ -39,6 +39,32 @@ def test_command_names_the_script_its_arguments_and_the_threads(
     assert records.command("x.py", []) == "python benchmarks/x.py"
 
 
+def test_commit_says_when_the_code_measured_is_not_the_commits(tmp_path: Path) -> None:
+    """A record's commit: the short hash, ``+uncommitted`` once a tracked file outside
+    ``benchmarks/results/`` changes; the records themselves changing does not count."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "lib.py").write_text("x = 1\n")
+    (tmp_path / "benchmarks" / "results" / "r.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    head = git("rev-parse", "--short", "HEAD")
+    assert records.commit(tmp_path) == head
+    (tmp_path / "benchmarks" / "results" / "r.json").write_text('{"records": []}\n')
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert records.commit(tmp_path) == head
+    (tmp_path / "lib.py").write_text("x = 2\n")
+    assert records.commit(tmp_path) == head + "+uncommitted"
+    assert records.commit(tmp_path / "benchmarks" / "results" / "r.json") == "unknown"
+
+
 def test_subsample_is_stratified() -> None:
     y = np.repeat([0, 1, 2], [60, 30, 10])
     x = np.arange(100.0)[:, None]

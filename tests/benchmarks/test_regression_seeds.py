@@ -98,6 +98,11 @@ def test_a_read_out_penalty_not_above_0_is_refused(
     with pytest.raises(SystemExit):
         regression.main(["--datasets", "diabetes", "--head-rho", "0", "--output", str(out)])
     assert "argument --head-rho: expected a number > 0, got 0.0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        regression.main(["--head-rho", "1", "--methods", "linear_ridge", "--output", str(out)])
+    assert "argument --head-rho: none of the methods given has a read-out penalty" in (
+        capsys.readouterr().err
+    )
     assert not out.exists()
 
 
