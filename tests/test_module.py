@@ -503,6 +503,42 @@ def test_bf16_mixed_precision_trains_and_tests(
     assert _fitted_accuracy(make_trainer, model, dm) > 0.5  # chance: 0.25
 
 
+def test_float64_precision_fits_the_read_out_baseline_and_best_epoch(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    """``precision="64-true"``: the model's own passes over the data (landmark draw,
+    read-out fit, untrained baseline, best-epoch candidate) get float64 batches, as
+    Lightning's loops do, and the tested accuracy is the float64 read-out's."""
+    from kernel_layers import KernelRegressor
+    from kernel_layers.callbacks import UntrainedBaseline
+
+    L.seed_everything(0)
+    x_all, y_all = _rows(1600)
+    dm = TensorDataModule(
+        x_all[:1200], y_all[:1200], x_all[1200:], y_all[1200:], batch_size=300, val_fraction=0.2
+    )
+    model = KernelClassifier(NystromLayer(10, 24, gamma=3.0), num_classes=4, keep_best="val/acc")
+    baseline = UntrainedBaseline()
+    trainer = make_trainer(max_epochs=2, precision="64-true", callbacks=[baseline])
+    trainer.fit(model, dm)
+    assert model.kernel_layer.landmarks.dtype == torch.float64 and baseline.accuracy is not None
+    tested = trainer.test(model, dm, verbose=False)[0]["test/acc"]
+    x, y = dm.test_dataset.tensors[:2]  # type: ignore[union-attr]
+    model.eval()
+    with torch.no_grad():
+        scores = model.head(model(x.double()))
+    assert tested == pytest.approx(float((scores.argmax(1) == y).double().mean()), abs=1e-6)
+    x_rows, _ = _rows(600)
+    targets = (x_rows[:, :2] @ np.array([[1.0], [-2.0]])).astype(np.float32)
+    regression = TensorDataModule(
+        x_rows[:400], targets[:400], x_rows[400:], targets[400:], float_targets=True,
+        batch_size=400, val_fraction=0.2,
+    )  # fmt: skip
+    regressor = KernelRegressor(NystromLayer(10, 24, gamma=3.0), keep_best="val/r2")
+    make_trainer(max_epochs=2, precision="64-true").fit(regressor, regression)
+    assert regressor.head.weight.dtype == torch.float64
+
+
 # ------------------------------------------------------------------ bad batches, short batches
 def _loader(x: np.ndarray, y: np.ndarray, batch_size: int = 300) -> torch.utils.data.DataLoader:
     dataset = torch.utils.data.TensorDataset(

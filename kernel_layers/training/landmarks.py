@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from kernel_layers.training.modes import eval_mode
+from kernel_layers.training.modes import eval_mode, model_inputs
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -65,7 +65,8 @@ def init_map_from_data(model: KernelModule) -> None:
     rows: list[Tensor] = []
     with eval_mode(model):  # no batch-norm updates, no dropout on the rows
         for batch in loader:
-            rows.append(model.embed(batch[0].to(model.device)))
+            (x,) = model_inputs(model, batch[0])
+            rows.append(model.embed(x))
             if sum(len(r) for r in rows) >= needed:
                 break
     data = torch.cat(rows)

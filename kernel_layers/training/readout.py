@@ -22,7 +22,7 @@ from kernel_layers.objectives.statistics import DIStatistics
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.heads import RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
-from kernel_layers.training.modes import eval_mode
+from kernel_layers.training.modes import eval_mode, model_inputs
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -106,7 +106,7 @@ def _accumulate(model: KernelModule, head: RidgeHead, batches: Iterable[Any] | N
         batches = train_eval_batches(model.trainer, type(model).__name__)
     with eval_mode(model):
         for index, batch in enumerate(batches):
-            x, y = batch[0].to(model.device), batch[1].to(model.device)
+            x, y = model_inputs(model, batch[0], batch[1])
             with named_batch_errors("read-out fit", index):
                 head.update(model(x), model.check_targets(y))
 
