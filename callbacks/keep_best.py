@@ -8,18 +8,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
 from kernel_layers._validation import check_bool
-from kernel_layers.callbacks.monitor import (
-    MonitorCallback,
-    check_monitor,
-    missing_monitor_message,
-    read_monitor,
-    should_skip,
-)
+from kernel_layers.callbacks.monitor import MonitorCallback, check_monitor, should_skip
 from kernel_layers.callbacks.untrained_baseline import SQUARED_ERROR_KEY, untrained_scores
 
 __all__ = ["KeepBest"]
@@ -174,16 +167,7 @@ class KeepBest(MonitorCallback):
         Raises:
             RuntimeError: ``strict`` and ``tie_break`` was not logged.
         """
-        if self.tie_break is None:
-            return None
-        logs = trainer.callback_metrics
-        if self.tie_break not in logs:
-            message = missing_monitor_message(_OWNER, self.tie_break, logs)
-            if self.strict:
-                raise RuntimeError(message)
-            rank_zero_warn(message, category=RuntimeWarning)
-            return None
-        return read_monitor(_OWNER, logs, self.tie_break)
+        return None if self.tie_break is None else self._logged_value(trainer, self.tie_break)
 
     def _wins_tie(self, current: float, tie: float | None) -> bool:
         """Whether an epoch that ties with the best on ``monitor`` (no improvement by

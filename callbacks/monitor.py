@@ -235,14 +235,23 @@ class MonitorCallback(Callback):
         """
         if should_skip(trainer):
             return None
+        return self._logged_value(trainer, self.monitor)
+
+    def _logged_value(self, trainer: pl.Trainer, key: str) -> float | None:
+        """The epoch-level value logged under ``key``, or ``None`` when it is missing
+        and not ``strict`` (with a warning).
+
+        Raises:
+            RuntimeError: ``strict`` and ``key`` was not logged.
+        """
         logs = trainer.callback_metrics
-        if self.monitor not in logs:
-            message = missing_monitor_message(self._owner, self.monitor, logs)
+        if key not in logs:
+            message = missing_monitor_message(self._owner, key, logs)
             if self.strict:
                 raise RuntimeError(message)
             rank_zero_warn(message, category=RuntimeWarning)
             return None
-        return read_monitor(self._owner, logs, self.monitor)
+        return read_monitor(self._owner, logs, key)
 
     @staticmethod
     def _info(message: str) -> None:

@@ -250,25 +250,31 @@ class KernelClassifier(KernelModule):
             refit_ls_readout(self)  # the alternating closed-form step of the LS baseline
 
     # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, batch: Any, batch_idx: int, metric: MulticlassAccuracy, name: str) -> None:
+    def _evaluate(
+        self, batch: Any, batch_idx: int, metric: MulticlassAccuracy, name: str
+    ) -> tuple[Tensor, Tensor] | None:
+        """Update and log ``metric`` on a batch; its scores ``[B, L]`` and checked labels
+        ``[B]`` (``None`` before the read-out's first fit)."""
         if self.readout is None and not bool(self.head.fitted):
-            return  # sanity check before any fit: nothing to report
+            return None  # sanity check before any fit: nothing to report
         x, y = batch[0], batch[1]
         with named_batch_errors(name.split("/")[0], batch_idx):
             y = self.check_targets(y)
         scores = self.scores(self(x))
         metric.update(scores, y)
         self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True)
-        if name == "val/acc" and self.readout is None:  # the ridge read-out's fit
-            self.val_mse.update(scores, one_hot_targets(y, scores.shape[1], scores.dtype))
-            self.log(SQUARED_ERROR_KEY, self.val_mse, on_step=False, on_epoch=True)
+        return scores, y
 
     def tie_break(self, monitor: str) -> str | None:
         """``val/mse`` for ``keep_best="val/acc"`` with a ridge read-out, else ``None``."""
         return SQUARED_ERROR_KEY if monitor == "val/acc" and self.readout is None else None
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, batch_idx, self.val_acc, "val/acc")
+        evaluated = self._evaluate(batch, batch_idx, self.val_acc, "val/acc")
+        if evaluated is not None and self.readout is None:  # the ridge read-out's error
+            scores, y = evaluated
+            self.val_mse.update(scores, one_hot_targets(y, scores.shape[1], scores.dtype))
+            self.log(SQUARED_ERROR_KEY, self.val_mse, on_step=False, on_epoch=True)
         if self.hparams["objective"] == "di":
             log_validation_di(self, batch)
 

@@ -91,21 +91,6 @@ def test_a_fixed_read_out_penalty_is_a_variant_with_its_own_seeds(tmp_path: Path
     assert report.missing_fields(data) == []
 
 
-def test_a_read_out_penalty_not_above_0_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "regression.json"
-    with pytest.raises(SystemExit):
-        regression.main(["--datasets", "diabetes", "--head-rho", "0", "--output", str(out)])
-    assert "argument --head-rho: expected a number > 0, got 0.0" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        regression.main(["--head-rho", "1", "--methods", "linear_ridge", "--output", str(out)])
-    assert "argument --head-rho: none of the methods given has a read-out penalty" in (
-        capsys.readouterr().err
-    )
-    assert not out.exists()
-
-
 def test_no_mean_without_seed_0_or_from_one_run() -> None:
     figures = {"dataset": "d", "method": "m", "J": 3, "r2": 0.5}
     seed0 = {"name": "d/m", "figures": figures}
@@ -117,13 +102,24 @@ def test_no_mean_without_seed_0_or_from_one_run() -> None:
     assert mean is not None and (mean["seeds"], mean["r2"]) == (2, 0.375)
 
 
-def test_a_negative_seed_is_refused_before_anything_is_stored(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
+        (["--head-rho", "0"], "argument --head-rho: expected a number > 0, got 0.0"),
+        (
+            ["--head-rho", "1", "--methods", "linear_ridge"],
+            "argument --head-rho: none of the methods given has a read-out penalty",
+        ),
+    ],
+)
+def test_a_bad_argument_is_refused_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     out = tmp_path / "regression.json"
     with pytest.raises(SystemExit):
-        regression.main(["--datasets", "diabetes", "--seed", "-1", "--output", str(out)])
-    assert "argument --seed: expected an integer >= 0, got -1" in capsys.readouterr().err
+        regression.main(["--datasets", "diabetes", *args, "--output", str(out)])
+    assert message in capsys.readouterr().err
     assert not out.exists()
 
 
