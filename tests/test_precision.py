@@ -152,6 +152,44 @@ def test_float32_nysdi_on_narrow_inputs_matches_float64_reference(
         assert error > 1e-5
 
 
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("narrow", [True, False])
+def test_float32_nystrom_features_of_narrow_inputs_match_float64_reference(
+    narrow: bool, training: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The features the read-out and predictions see, G R^-T with K_Z = R R^T: on narrow
+    # inputs at a small gamma a float32 G holds too few digits of 1 - k for the
+    # ill-conditioned R^-T, so the map evaluates G and G R^-T in float64, as NysDI does.
+    # Both paths: the training map (Cholesky solve) and the cached eval map.
+    from kernel_layers.numerics import precision
+
+    if not narrow:  # the float32 path, to show this data does need float64 kernels
+        monkeypatch.setattr(precision, "NARROW_INPUT_RATIO", 10**9)
+        monkeypatch.setattr(precision, "NARROW_INPUT_WIDTH", 0)
+    rng = np.random.default_rng(0)
+    x, z = rng.random((400, 10)), rng.random((100, 10))
+    labels = rng.integers(0, 5, 400)
+    gamma, jitter = 0.01, 1e-6
+    factor = np.linalg.cholesky(ref.gaussian(z, z, gamma) + jitter * np.eye(len(z)))
+    want = np.linalg.solve(factor, ref.gaussian(x, z, gamma).T).T
+    layer = NystromLayer(
+        10, 100, landmarks=torch.tensor(z, dtype=torch.float32), gamma=gamma, jitter=jitter
+    )
+    layer.train(training)
+    with torch.no_grad():
+        got = layer(torch.tensor(x, dtype=torch.float32))
+    assert got.dtype == torch.float32
+    feature_error = np.linalg.norm(got.double().numpy() - want) / np.linalg.norm(want)
+    di_want = ref.di(want, ref.onehot_unit(labels, 5), 1e-4)
+    di_error = abs(ref.di(got.double().numpy(), ref.onehot_unit(labels, 5), 1e-4) - di_want)
+    if narrow:  # measured: features 2.7e-8, DI 8e-10 relative
+        assert feature_error < 1e-6
+        assert di_error / di_want < 1e-5
+    else:  # measured: features 5.2e-4 to 5.8e-4, DI 8e-3 to 1.3e-2 relative
+        assert feature_error > 1e-5
+        assert di_error / di_want > 1e-3
+
+
 def test_float32_nysdi_on_narrow_inputs_differentiates_in_float32() -> None:
     # The Gaussian kernel on narrow float32 inputs: G and K_Z in float64 for the value,
     # the backward in float32. The value is the general path's bit for bit (a callable

@@ -27,6 +27,7 @@ from kernel_layers.numerics.precision import (
     DISTANCE_OVERFLOW,
     autocast_off,
     data_limit,
+    kernel_dtype,
     upcast,
 )
 from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
@@ -261,20 +262,32 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         self._rank = rank
 
     def kernel_matrices(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross and landmark kernel matrices.
+        """Cross and landmark kernel matrices, evaluated in :meth:`feature_dtype`.
 
         Args:
             x (Tensor[B, D]): inputs.
 
         Returns:
-            tuple[Tensor[B, n], Tensor[n, n]]: ``G = k(x, Z)`` in ``x``'s dtype and the
-            jittered ``K_Z`` in float64.
+            tuple[Tensor[B, n], Tensor[n, n]]: ``G = k(x, Z)`` in
+            ``feature_dtype(x.dtype)`` and the jittered ``K_Z`` in float64.
         """
         spec = self.kernel_spec
         spec.validate_input(type(self).__name__, "x", x)
-        landmarks = self._scale_inputs(upcast(self.landmarks))
-        g = spec.matrix(self._scale_inputs(x), landmarks, self.gamma)
+        dtype = self.feature_dtype(upcast(x).dtype)
+        landmarks = self._scale_inputs(upcast(self.landmarks).to(dtype))
+        g = spec.matrix(self._scale_inputs(x.to(dtype)), landmarks, self.gamma)
         return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
+
+    def feature_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype in which the map evaluates ``G`` and ``G P`` for inputs of ``dtype``.
+
+        Float64 for narrow inputs, as in NysDI
+        (:func:`~kernel_layers.numerics.precision.kernel_dtype`): a float32 ``G`` of
+        narrow inputs at a small ``gamma`` holds too few digits of ``1 - k`` for the
+        ill-conditioned ``P`` (DI of the features off by up to 3e-2 relative).
+        The features are returned in ``dtype``.
+        """
+        return kernel_dtype(dtype, self.in_features, self.landmarks.shape[0])
 
     def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
         """``k(x, z) (Tensor[B, n])`` of ``x (Tensor[B, D])``, ``z (Tensor[n, D])``: the
@@ -291,7 +304,8 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         Returns:
             Tensor[n, n] (``Tensor[n, rank]`` with truncation): ``P`` in float64.
         """
-        landmarks = self._scale_inputs(upcast(self.landmarks))
+        landmarks = upcast(self.landmarks)
+        landmarks = self._scale_inputs(landmarks.to(self.feature_dtype(landmarks.dtype)))
         k_z = landmark_gram(landmarks, self.kernel_spec, self.gamma, self.jitter)
         if self.rank is not None:
             return rank_k_map(k_z, self.rank)
@@ -330,9 +344,9 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
             if self._uses_cache():
                 spec = self.kernel_spec
                 spec.validate_input(owner, "x", flat)
-                g = spec.matrix(
-                    self._scale_inputs(flat), self._scale_inputs(upcast(self.landmarks)), self.gamma
-                )
+                dtype = self.feature_dtype(flat.dtype)
+                landmarks = self._scale_inputs(upcast(self.landmarks).to(dtype))
+                g = spec.matrix(self._scale_inputs(flat.to(dtype)), landmarks, self.gamma)
                 features = g @ self._cached_projection().to(g.dtype)
             else:
                 g, k_z = self.kernel_matrices(flat)
@@ -341,7 +355,7 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
                 else:
                     factor = robust_cholesky(k_z, owner=owner).to(g.dtype)
                     features = torch.linalg.solve_triangular(factor.mT, g, upper=True, left=False)
-        return features.reshape(*x.shape[:-1], features.shape[-1])
+        return features.to(flat.dtype).reshape(*x.shape[:-1], features.shape[-1])
 
     def discriminant_information(
         self,
