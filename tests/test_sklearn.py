@@ -10,7 +10,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from kernel_layers.sklearn import DIClassifier, DIFeatures
+from kernel_layers.sklearn import DIClassifier, DIFeatures, DIRegressor
 
 FAST = {"n_components": 8, "max_epochs": 2, "random_state": 0}
 
@@ -126,6 +126,29 @@ def test_a_batch_not_larger_than_j_is_refused_like_kernel_classifier() -> None:
     ):
         DIFeatures(30, batch_size=20).fit(x, y)
     DIFeatures(30, batch_size=40, max_epochs=1).fit(x, y)  # larger than J: fine
+
+
+def test_a_batch_is_compared_only_with_a_given_j() -> None:
+    # n_components=None takes min(400, rows // 3): J = 100 on 300 rows, so a batch of
+    # 200 trains; only a given n_components is compared with the batch
+    x, y = _digits(300)
+    fitted = DIFeatures(batch_size=200, max_epochs=1, random_state=0).fit(x, y)
+    assert (fitted.n_components_, fitted.batch_size_) == (100, 200)
+
+
+@pytest.mark.parametrize("cls", [DIFeatures, DIClassifier, DIRegressor])
+def test_numpy_integer_sizes_train_as_the_same_python_integers(cls) -> None:
+    # a grid over np.array([...]) hands NumPy integers to set_params
+    x, y = _digits(300)
+    sizes = {"n_components": 20, "batch_size": 100, "max_epochs": 2}
+    plain = cls(random_state=0, **sizes).fit(x, y)
+    numpy_sizes = {name: np.int64(value) for name, value in sizes.items()}
+    fitted = cls(random_state=0, **numpy_sizes).fit(x, y)
+    sizes_of = fitted.features_ if cls is DIClassifier else fitted
+    assert (sizes_of.n_components_, sizes_of.batch_size_) == (20, 100)
+    assert type(sizes_of.batch_size_) is int and type(sizes_of.n_components_) is int
+    out = "transform" if cls is DIFeatures else "predict"
+    np.testing.assert_array_equal(getattr(fitted, out)(x), getattr(plain, out)(x))
 
 
 def test_a_numpy_random_state_is_accepted_as_scikit_learn_does() -> None:

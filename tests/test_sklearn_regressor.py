@@ -51,6 +51,16 @@ def test_trained_map_beats_the_untrained_one_and_nystroem_ridge() -> None:
     assert trained.score(x_test, y_test) > baseline.score(x_test, y_test)
 
 
+def test_targets_near_the_float64_limit_predict_in_their_units() -> None:
+    # their squares overflow: the targets' moments are taken on targets / max |target|
+    x_train, x_test, y_train, _ = _friedman(300)
+    common = {"n_components": 20, "max_epochs": 2, "random_state": 0}
+    unit = DIRegressor(**common).fit(x_train, y_train)
+    huge = DIRegressor(**common).fit(x_train, 1e300 * y_train)
+    assert np.isfinite(huge.target_scale_).all()
+    np.testing.assert_allclose(huge.predict(x_test) / 1e300, unit.predict(x_test), rtol=1e-6)
+
+
 def test_two_targets_predict_two_columns_in_their_units() -> None:
     x_train, x_test, y_train, _ = _friedman(300)
     y2 = np.stack([y_train, 1000.0 * y_train + 5.0], 1)

@@ -32,7 +32,6 @@ from kernel_layers.selection.rho import rho_for_epoch, rho_from_penalty
 from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, scale_of
 from kernel_layers.sklearn.training import (
     DEFAULT_BATCH,
-    DEFAULT_COMPONENTS,
     DEFAULT_LR,
     DEFAULT_MAX_EPOCHS,
     TrainResult,
@@ -92,17 +91,19 @@ def check_params(estimator: Any) -> torch.device:
 
     Raises:
         TypeError: a parameter of the wrong type.
-        ValueError: a parameter out of range, or ``batch_size <= n_components``.
+        ValueError: a parameter out of range, or ``batch_size <= n_components`` (when
+            ``n_components`` is given).
     """
     owner = type(estimator).__name__
-    j = DEFAULT_COMPONENTS
+    j = None
     if estimator.n_components is not None:
         j = check_int(owner, "n_components", estimator.n_components)
     check_choice(owner, "map", estimator.map, MAPS)
     check_int(owner, "max_epochs", estimator.max_epochs, minimum=0)
     if estimator.batch_size is not None:
         batch = check_int(owner, "batch_size", estimator.batch_size, minimum=2)
-        if batch <= j:
+        # the default J follows the rows (train_sizes fits it to the batch)
+        if j is not None and batch <= j:
             raise ValueError(
                 f"{owner}: argument 'batch_size' must be larger than n_components={j} "
                 f"(DI saturates when batch_size <= n_components), got {batch}; the paper "

@@ -100,14 +100,15 @@ class _Decomposition:
         self.u = centred @ self.v
         self.projected = self.u.T @ (self.targets - self.target_mean)
 
-    def loo_scores(self, alphas: torch.Tensor) -> torch.Tensor:
-        """Leave-one-out scores ``[A, N, L]``: row ``i``'s scores from the ridge (with
-        intercept) fitted on the other rows, for each penalty of ``alphas [A]``."""
+    def loo_scores(self, alpha: float) -> torch.Tensor:
+        """Leave-one-out scores ``[N, L]`` for the penalty ``alpha``: row ``i``'s scores
+        from the ridge (with intercept) fitted on the other rows. One penalty at a time,
+        so that a search over penalties holds ``[N, L]``, not ``[A, N, L]``."""
         n = len(self.u)
-        shrink = 1.0 / (self.s[:, None] + alphas)  # [J, A]
-        hat = 1.0 / n + (self.u * self.u) @ shrink  # [N, A]
-        fitted = self.target_mean + self.u @ (shrink.T[:, :, None] * self.projected)
-        residual = (self.targets - fitted) / (1.0 - hat.T).clamp_min(1e-12)[:, :, None]
+        shrink = 1.0 / (self.s + alpha)  # [J]
+        hat = 1.0 / n + self.u.square() @ shrink  # [N]
+        fitted = self.target_mean + self.u @ (shrink[:, None] * self.projected)
+        residual = (self.targets - fitted) / (1.0 - hat).clamp_min(1e-12)[:, None]
         return self.targets - residual
 
     def weights(self, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,7 +165,7 @@ def loo_ridge_scores(
     """
     labels = torch.as_tensor(codes, dtype=torch.long)
     found = _Decomposition(features, labels, classes)
-    return found.loo_scores(torch.as_tensor(alphas, dtype=torch.float64)).numpy()
+    return torch.stack([found.loo_scores(float(alpha)) for alpha in alphas]).numpy()
 
 
 def fit_loo_ridge(
@@ -185,9 +186,11 @@ def fit_loo_ridge(
     found = _Decomposition(features, labels, classes)
     scale = scale_of(features)
     alphas = torch.as_tensor(ALPHAS * scale, dtype=torch.float64)
-    loo = found.loo_scores(alphas)  # [A, N, L]
-    accuracy = (loo.argmax(2) == labels).to(torch.float64).mean(1)  # [A]
-    error = ((found.targets - loo) ** 2).mean((1, 2))  # [A]
+    accuracy, error = torch.empty_like(alphas), torch.empty_like(alphas)
+    for i, candidate in enumerate(alphas.tolist()):
+        loo = found.loo_scores(candidate)  # [N, L]
+        accuracy[i] = (loo.argmax(1) == labels).to(torch.float64).mean()
+        error[i] = ((found.targets - loo) ** 2).mean()
     # the most accurate penalty; among those, the smallest leave-one-out squared error
     best = int(torch.argmin(torch.where(accuracy == accuracy.max(), error, torch.inf)))
     alpha = float(alphas[best])
@@ -196,7 +199,7 @@ def fit_loo_ridge(
         coef.numpy(),
         intercept.numpy(),
         alpha,
-        _temperature(loo[best], labels) if calibrate else 1.0,
+        _temperature(found.loo_scores(alpha), labels) if calibrate else 1.0,
         float(accuracy[best]),
     )
 
@@ -221,7 +224,9 @@ def fit_loo_ridge_targets(
     r2 = float("nan")
     if alpha is None:
         alphas = torch.as_tensor(ALPHAS * scale_of(features), dtype=torch.float64)
-        error = ((found.targets - found.loo_scores(alphas)) ** 2).sum(1)  # [A, L]
+        error = torch.stack(  # [A, L]
+            [((found.targets - found.loo_scores(a)) ** 2).sum(0) for a in alphas.tolist()]
+        )
         best = int(torch.argmin(error.sum(1)))
         alpha = float(alphas[best])
         total = ((found.targets - found.target_mean) ** 2).sum(0)

@@ -141,10 +141,16 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float64, multi_output=True, y_numeric=True)
         targets = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         self._one_target = np.ndim(y) == 1
-        self.target_mean_ = targets.mean(0)
-        scale = targets.std(0)
-        self.target_scale_ = np.where(scale > 0, scale, 1.0)
-        z = (targets - self.target_mean_) / self.target_scale_
+        # moments of targets / max |target| (within [-1, 1]): the squares of targets
+        # near the float64 limit would overflow to an infinite scale and NaN predictions
+        peak = np.abs(targets).max(0)
+        peak = np.where(peak > 0, peak, 1.0)
+        unit = targets / peak
+        centre, spread = unit.mean(0), unit.std(0)
+        spread = np.where(spread > 0, spread, 1.0 / peak)
+        self.target_mean_ = centre * peak
+        self.target_scale_ = spread * peak
+        z = (unit - centre) / spread
         trains = self.max_epochs > 0 and len(X) > 2
         x, fit, held = learn_map(self, X, z, device, trains, None, r2_score_of, _loo_penalty)
         features = self._features(x)

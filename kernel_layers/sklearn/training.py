@@ -75,9 +75,9 @@ def train_sizes(owner: str, requested: int | None, rows: int, width: int | None)
     larger than ``J`` (or, by default, below ``2 J``), ``J`` is lowered to half the batch,
     with a warning naming both values.
     """
-    if width is None:
-        width = default_components(rows)
-    wanted = requested if requested is not None else max(DEFAULT_BATCH, 2 * width)
+    # int(): a NumPy integer (a grid search's value) stays one through the arithmetic
+    width = default_components(rows) if width is None else int(width)
+    wanted = int(requested) if requested is not None else max(DEFAULT_BATCH, 2 * width)
     batch = max(2, min(wanted, rows))
     enough = batch > width if requested is not None else batch >= 2 * width
     if enough:
