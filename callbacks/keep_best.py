@@ -42,7 +42,9 @@ class KeepBest(MonitorCallback):
     :class:`~kernel_layers.callbacks.UntrainedBaseline` does on the test rows); if no
     epoch beats it, the untrained map is handed back (``best_epoch == -1``), its read-out
     refitted when it is next used. Training then never leaves the model worse on
-    validation than where it started.
+    validation than where it started. A model whose read-out is trained by gradient
+    (objective ``"ce"``, or a group lasso) has no untrained read-out to hand back: its
+    untrained map is no candidate.
 
     With ``tie_break``, a second metric (lower is better) decides between epochs whose
     monitored values tie: an epoch that does not improve on the best by the threshold
@@ -55,10 +57,10 @@ class KeepBest(MonitorCallback):
     sampler's shards (which may repeat a few rows), so a tie between them can be missed.
 
     The value is read at the end of each training epoch, after that epoch's validation
-    (validate every epoch: ``check_val_every_n_epoch=1``). The copy lives on the CPU and
-    is part of the callback's checkpoint state, so a resumed fit still returns the best
-    epoch of the whole run. This is Lightning's ``ModelCheckpoint(monitor=...)`` followed
-    by loading its best file, in memory.
+    (with ``check_val_every_n_epoch > 1``, of the epochs that validate). The copy lives
+    on the CPU and is part of the callback's checkpoint state, so a resumed fit still
+    returns the best epoch of the whole run. This is Lightning's
+    ``ModelCheckpoint(monitor=...)`` followed by loading its best file, in memory.
 
     Args:
         monitor: key of ``trainer.callback_metrics`` to watch (an epoch-level value).
@@ -134,6 +136,7 @@ class KeepBest(MonitorCallback):
         if (
             not self.include_untrained
             or self.monitor not in UNTRAINED_MONITORS
+            or getattr(pl_module, "readout", None) is not None  # trained by gradient
             or self.best_epoch is not None
             or trainer.current_epoch != 0
             or should_skip(trainer)

@@ -186,6 +186,10 @@ class MonitorCallback(Callback):
         self.strict = check_bool(owner, "strict", strict)
         self.best_score: float = -math.inf if self.mode == "max" else math.inf
         self.wait_count: int = 0
+        # whether validation logs the monitor, and the epoch it last ran in (-1: none)
+        self._before_validation: Any = None
+        self._from_validation = False
+        self._validated_epoch = -1
 
     @property
     def _owner(self) -> str:
@@ -225,16 +229,34 @@ class MonitorCallback(Callback):
             threshold_mode=self.threshold_mode,
         )
 
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not should_skip(trainer):
+            self._before_validation = trainer.callback_metrics.get(self.monitor)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not should_skip(trainer):  # a value validation logged is a new tensor
+            after = trainer.callback_metrics.get(self.monitor)
+            self._from_validation = after is not None and after is not self._before_validation
+            self._validated_epoch = trainer.current_epoch
+
     def _epoch_value(self, trainer: pl.Trainer) -> float | None:
         """The monitored value at the end of a training epoch, or ``None`` when this epoch
-        is skipped (not fitting, sanity checking, ``fast_dev_run``, or the metric missing
-        with ``strict=False``).
+        is skipped (not fitting, sanity checking, ``fast_dev_run``, the metric missing
+        with ``strict=False``, or, with ``check_val_every_n_epoch > 1``, a metric that
+        validation logs in an epoch that ran none: its value is an earlier epoch's).
 
         Raises:
             RuntimeError: ``strict`` and the metric was not logged.
         """
         if should_skip(trainer):
             return None
+        every = trainer.check_val_every_n_epoch
+        if every is not None and every > 1 and self._validated_epoch != trainer.current_epoch:
+            # no validation this epoch: a validation metric is stale, or not logged yet
+            if self._from_validation or self.monitor not in trainer.callback_metrics:
+                return None
         return self._logged_value(trainer, self.monitor)
 
     def _logged_value(self, trainer: pl.Trainer, key: str) -> float | None:

@@ -614,3 +614,45 @@ def test_public_api() -> None:
 
     assert set(callbacks.__all__) >= {"PlateauDecay", "DISaturationStopping"}
     assert issubclass(PlateauDecay, Callback) and issubclass(DISaturationStopping, Callback)
+
+
+class _EveryOtherValidation(L.LightningModule):
+    """Logs ``train/flat`` (constant) every training epoch and ``val/rising`` (higher at
+    each epoch) wherever validation runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("train/flat", 1.0, on_step=False, on_epoch=True)
+        return (self.w * batch[0]).sum()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val/rising", float(self.current_epoch))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=1.0)
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_validation_metric_counts_only_the_epochs_that_validate(
+    make_trainer: Callable[..., L.Trainer], every: int
+) -> None:
+    # check_val_every_n_epoch=2: in the epochs without validation val/rising still holds
+    # the previous validation's value, which is no plateau; train/flat is read every
+    # epoch either way
+    loader = DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
+    on_val = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
+    on_train = PlateauDecay(monitor="train/flat", patience=1, verbose=False)
+    stop = DISaturationStopping(monitor="val/rising", patience=1, min_decays=0)
+    trainer = make_trainer(
+        callbacks=[on_val, on_train, stop],
+        max_epochs=6,
+        check_val_every_n_epoch=every,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(_EveryOtherValidation(), loader, loader)
+    assert on_val.decay_epochs == [] and stop.stopping_reason is DISaturationReason.NOT_STOPPED
+    assert trainer.current_epoch == 6
+    assert on_train.decay_epochs == [1, 2, 3, 4, 5]

@@ -144,6 +144,71 @@ def test_keep_best_option_adds_the_callback_and_hands_back_the_best_epoch(
     assert score == pytest.approx(keep.best_score, abs=1e-6)
 
 
+def test_the_model_handed_back_scores_with_the_read_out_of_its_epoch(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # the best epoch is restored before the read-out's refit at the end of fit: the
+    # read-out is current for the restored features and scores as validation did
+    L.seed_everything(0)
+    model = KernelClassifier(
+        FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best="val/acc"
+    )
+    trainer = make_trainer(max_epochs=4)
+    dm = _data()
+    trainer.fit(model, dm)
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    assert keep.best_epoch == 0
+    x, y = dm.val_dataset.tensors[:2]  # type: ignore[union-attr]
+    with torch.no_grad():
+        accuracy = (model.scores(model(x)).argmax(1) == y).double().mean()
+    assert float(accuracy) == pytest.approx(keep.best_score, abs=1e-6)
+
+
+def test_a_read_out_trained_by_gradient_leaves_the_untrained_map_out(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # objective "ce": the untrained map's read-out is the random initial one, not the
+    # ridge fit its candidate score would be measured with
+    L.seed_everything(0)
+    model = KernelClassifier(
+        FourierLayer(8, 30, seed=0), num_classes=3, objective="ce", lr=1e-4, keep_best="val/acc"
+    )
+    trainer = make_trainer(max_epochs=2)
+    dm = _data()
+    trainer.fit(model, dm)
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    assert keep.best_epoch in (0, 1)
+    score = trainer.validate(model, dm, verbose=False)[0]["val/acc"]
+    assert score == pytest.approx(keep.best_score, abs=1e-6)
+
+
+def test_keep_best_with_plain_loaders_keeps_the_best_trained_epoch(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    L.seed_everything(0)
+    dm = _data()
+    dm.setup("fit")
+    splits = (dm.train_dataset, dm.val_dataset)
+    rows = [TensorDataset(*split.tensors[:2]) for split in splits]  # type: ignore[union-attr]
+    train, val = (DataLoader(d, batch_size=300) for d in rows)
+    model = KernelClassifier(
+        FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best="val/acc"
+    )
+    trainer = make_trainer(max_epochs=3)
+    with pytest.warns(
+        UserWarning,
+        match=r"KernelClassifier: keep_best='val/acc' keeps the best trained epoch only: the "
+        r"untrained map is a candidate with a kernel_layers data module .*got NoneType",
+    ):
+        trainer.fit(model, train, val)
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    assert keep.best_epoch is not None and keep.best_epoch >= 0
+    x, y = rows[1].tensors
+    with torch.no_grad():
+        accuracy = (model.scores(model(x)).argmax(1) == y).double().mean()
+    assert float(accuracy) == pytest.approx(keep.best_score, abs=1e-6)
+
+
 def test_the_stopping_rule_can_watch_validation_accuracy(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:

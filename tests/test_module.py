@@ -354,6 +354,20 @@ def test_di_epoch_is_logged_once_per_epoch_as_the_mean_of_its_steps(
     np.testing.assert_allclose(record.epoch_values, means, rtol=1e-6)
 
 
+def test_a_second_fit_of_the_same_model_logs_the_di_of_its_own_steps(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # a new fit (no ckpt_path) starts the epoch's sums afresh: the first fit's epoch 0
+    # is not this fit's epoch 0
+    model = KernelClassifier(NystromLayer(10, 40, gamma=0.1, seed=0), num_classes=4, lr=0.05)
+    for _ in range(2):
+        record = _StepDI()
+        make_trainer(callbacks=[record], max_epochs=1).fit(model, _data())
+        assert [len(s) for s in record.steps] == [4]
+        np.testing.assert_allclose(record.epoch_values, [np.mean(record.steps[0])], rtol=1e-6)
+    assert int(model.di_epoch_rows) == 1200
+
+
 class _Logged(L.Callback):
     """Each step's DI (from its loss) and, where the step logged it, train/di."""
 

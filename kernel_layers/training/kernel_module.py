@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import Self
 
@@ -185,18 +186,37 @@ class KernelModule(LightningModule):
         (objective ``"di"``), the deferred checks (unless ``check_every="step"``), the
         kernel approximation error (``approximation_rows > 0``) and the best epoch kept
         (``keep_best``)."""
-        callbacks: list[Callback] = [ReadoutRefit()]
-        if self.objective == "di":
-            callbacks.append(EpochDILogging())
+        callbacks: list[Callback] = []
         check_every = self.hparams["check_every"]
         if check_every != "step":
-            callbacks.insert(0, EpochChecks(check_every))  # read before anything logs
+            callbacks.append(EpochChecks(check_every))  # read before anything logs
+        if self.hparams.get("keep_best"):  # restores the best epoch before the refit below
+            callbacks.append(self._keep_best(self.hparams["keep_best"]))
+        callbacks.append(ReadoutRefit())
+        if self.objective == "di":
+            callbacks.append(EpochDILogging())
         if self.hparams.get("approximation_rows", 0):
             callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
-        if self.hparams.get("keep_best"):
-            monitor = self.hparams["keep_best"]
-            callbacks.append(KeepBest(monitor, tie_break=self.tie_break(monitor)))
         return callbacks
+
+    def _keep_best(self, monitor: str) -> KeepBest:
+        """``KeepBest`` of ``keep_best``; the untrained map a candidate when the data
+        module can score it (a :mod:`kernel_layers.data` module), else with a warning."""
+        datamodule = getattr(self._trainer, "datamodule", None)
+        scores_untrained = self._trainer is None or all(  # no trainer: no data to judge yet
+            hasattr(datamodule, loader) for loader in ("train_eval_dataloader", "val_dataloader")
+        )
+        if not scores_untrained:
+            rank_zero_warn(
+                f"{type(self).__name__}: keep_best={monitor!r} keeps the best trained epoch "
+                "only: the untrained map is a candidate with a kernel_layers data module "
+                "(train_eval_dataloader and val_dataloader), got "
+                f"{type(datamodule).__name__}",
+                category=UserWarning,
+            )
+        return KeepBest(
+            monitor, tie_break=self.tie_break(monitor), include_untrained=scores_untrained
+        )
 
     def tie_break(self, monitor: str) -> str | None:
         """The validation metric (lower is better) that decides between epochs equal on
@@ -274,6 +294,8 @@ class KernelModule(LightningModule):
         return rho_for_epoch(batches)
 
     def on_train_start(self) -> None:
+        if self.trainer.ckpt_path is None:  # a new fit: an earlier fit's sums are not its own
+            self.di_epoch_index.fill_(-1)
         # The buffer may come from a checkpoint: read it once here, not in a step.
         self.di_epoch_seen = int(self.di_epoch_index)
         init_map_from_data(self)

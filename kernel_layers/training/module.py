@@ -126,7 +126,9 @@ class KernelClassifier(KernelModule):
             (:class:`~kernel_layers.callbacks.KeepBest`), not the last; ``None``: the last.
             With ``"val/acc"`` and a ridge read-out (``"di"``, ``"ls"``), epochs of equal
             accuracy (it moves in steps of one validation row) are told apart by
-            ``val/mse``, the lower kept, as the scikit-learn estimators do.
+            ``val/mse``, the lower kept, as the scikit-learn estimators do. The untrained
+            map is a candidate too with a ridge read-out and a :mod:`kernel_layers.data`
+            module (with plain data loaders only the trained epochs are, with a warning).
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is

@@ -95,7 +95,9 @@ class KernelRegressor(KernelModule):
             the best epoch on the validation ``R^2``
             (:class:`~kernel_layers.callbacks.KeepBest`), the untrained map included, not
             the last, so that a map that fits the training rows' noise (small data) is not
-            returned; ``None``: the last.
+            returned; ``None``: the last. The untrained map needs a
+            :mod:`kernel_layers.data` module (with plain data loaders only the trained
+            epochs are candidates, with a warning).
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
