@@ -331,6 +331,22 @@ def test_bare_recipe_name_runs_from_any_directory(
     assert "test/acc" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("form", ["--config", "--config="])
+def test_a_folder_named_like_a_recipe_does_not_hide_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    from kernel_layers.cli.recipe_files import recipe_path, resolve_config_args
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart").mkdir()
+    argv = (
+        ["fit", "--config", "quickstart"] if form == "--config" else ["fit", "--config=quickstart"]
+    )
+    resolved = resolve_config_args(argv)
+    assert str(recipe_path("quickstart")) in resolved[-1]
+    assert Path(str(recipe_path("quickstart"))).is_file()
+
+
 def test_unknown_recipe_name_lists_the_shipped_ones(capsys) -> None:
     with pytest.raises(SystemExit) as done:
         main(["fit", "--config", "quickstrat"])

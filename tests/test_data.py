@@ -96,6 +96,33 @@ def test_read_idx_rejects_bad_files(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- MNIST
+@pytest.mark.parametrize("owner", ["MNIST", "Fashion-MNIST"])
+def test_the_other_data_sets_files_are_refused_by_their_labels(
+    tmp_path: Path, owner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the two data sets share file names and format: files of one directly in the root
+    # both look for would train the other silently
+    import hashlib
+
+    from kernel_layers.data import mnist
+
+    raw = make_mnist_dir(tmp_path)
+    digest = hashlib.md5(raw["y_train"].astype(np.uint8).tobytes()).hexdigest()
+    monkeypatch.setattr(mnist, "LABELS_MD5", {digest: owner})
+    right, wrong = (
+        (MNISTDataModule, FashionMNISTDataModule)
+        if owner == "MNIST"
+        else (FashionMNISTDataModule, MNISTDataModule)
+    )
+    right(tmp_path, download=False).setup("fit")
+    with pytest.raises(
+        ValueError,
+        match=rf"{wrong.__name__}: '.*train-labels-idx1-ubyte' holds {owner}'s labels, not "
+        rf"{wrong.title}'s .*point 'root' at the {wrong.title} files",
+    ):
+        wrong(tmp_path, download=False).setup("fit")
+
+
 @pytest.mark.parametrize(
     ("cls", "layout", "gz"),
     [

@@ -144,7 +144,7 @@ def test_a_random_csv_corruption_is_refused_by_name(table, kind: str, data) -> N
         cells[row].append("1.0")
     else:
         cells[row][column] = data.draw(st.sampled_from(["nan", "inf", "-inf", "1e999"]))
-    assume(any(cells[row]))  # a blank line is skipped, not a corruption
+    assume(len(cells[row]) > 1 or any(cells[row]))  # a blank line is skipped
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "damaged.csv"
         with path.open("w", newline="") as fh:

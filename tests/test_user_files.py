@@ -73,6 +73,48 @@ def test_csv_rows_name_the_bad_line() -> None:
         csv_rows("a,b\n1,2\n3,4,5\n", source="f.csv")
 
 
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("x0,x1,x2\n1,2,3\n,,\n4,5,6\n", r"line 3 \(could not convert string to float: ''\)"),
+        ("1,,3\n4,5,6\n", r"line 1 has a missing value \(''\) among numbers"),
+        ("NA,2,3\n4,5,6\n", r"line 1 has a missing value \('NA'\) among numbers"),
+    ],
+    ids=["a row of empty fields", "first row, empty field", "first row, NA"],
+)
+def test_a_row_with_missing_values_is_refused_not_skipped(text: str, match: str) -> None:
+    # pandas writes a row of NaN as ",,": skipping it would shift every later prediction
+    with pytest.raises(
+        ValueError, match=r"cannot read 'f.csv' as comma-separated numbers: " + match
+    ):
+        csv_rows(text, source="f.csv")
+
+
+def test_blank_lines_are_skipped_and_a_header_may_name_a_column_na() -> None:
+    np.testing.assert_array_equal(csv_rows("x,NA\n\n1,2\n   \n3,4\n"), [[1.0, 2.0], [3.0, 4.0]])
+
+
+def _npz_named_npy(path: Path) -> None:
+    np.savez(path.with_suffix(".npz"), x=np.zeros((2, 3)))
+    path.with_suffix(".npz").rename(path)
+
+
+@pytest.mark.parametrize(
+    ("write", "match"),
+    [
+        (lambda p: p.write_bytes(b""), r"cannot read '.*x.npy' as a .npy array without pickles"),
+        (_npz_named_npy, r"'.*x.npy' must hold one .npy array, got an .npz archive"),
+    ],
+    ids=["empty", "npz"],
+)
+def test_a_npy_that_is_empty_or_an_archive_is_refused_by_name(
+    tmp_path: Path, write, match: str
+) -> None:
+    write(tmp_path / "x.npy")
+    with pytest.raises(ValueError, match=r"^read_feature_rows: " + match):
+        read_feature_rows(tmp_path / "x.npy", (3,))
+
+
 # ------------------------------------------------------------------ image folders
 def _digits_as_png(folder: Path, raw: np.ndarray) -> np.ndarray:
     """Ordinary 8-bit PNGs (0..255) of digits rows (0..16); returns the stored bytes."""

@@ -70,11 +70,11 @@ def resolve_config_args(argv: Sequence[str]) -> list[str]:
     out = list(argv)
     for i, arg in enumerate(out):
         if arg == "--config" and i + 1 < len(out):
-            if not Path(out[i + 1]).exists() and not out[i + 1].lstrip().startswith("{"):
+            if not Path(out[i + 1]).is_file() and not out[i + 1].lstrip().startswith("{"):
                 out[i + 1] = str(recipe_path(out[i + 1]))
         elif arg.startswith("--config="):
             value = arg.split("=", 1)[1]
-            if not Path(value).exists() and not value.lstrip().startswith("{"):
+            if not Path(value).is_file() and not value.lstrip().startswith("{"):
                 out[i] = f"--config={recipe_path(value)}"
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,16 @@ MNIST_IDX_FILES = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
+
+
+#: MD5 of the label values (``uint8``) of each original training and test file: MNIST's
+#: and Fashion-MNIST's files share names and format, so the labels tell them apart.
+LABELS_MD5 = {
+    "e86ee40d66677c011a9abda399ec8c4d": "MNIST",
+    "073c3904dfbd3e141ff8aa01cfde6b15": "MNIST",
+    "3236f6424fc25388b2834cb19942cf7e": "Fashion-MNIST",
+    "8dea97a4e78c1bd1b5a6e8efbb870b6e": "Fashion-MNIST",
+}
 
 
 class _IDXDataModule(ArrayDataModule):
@@ -163,6 +174,13 @@ class _IDXDataModule(ArrayDataModule):
                     f"{self._name}: '{labels_path}' must hold {len(images)} labels to match "
                     f"'{images_path}', got shape {list(labels.shape)}"
                 )
+            owner = LABELS_MD5.get(hashlib.md5(labels.tobytes()).hexdigest())
+            if owner is not None and owner != self.title:
+                raise ValueError(
+                    f"{self._name}: '{labels_path}' holds {owner}'s labels, not "
+                    f"{self.title}'s (the two share file names and format); point 'root' at "
+                    f"the {self.title} files"
+                )
             arrays += [images.reshape(len(images), -1), labels.astype(np.int64)]
         return arrays[0], arrays[1], arrays[2], arrays[3]
 
@@ -173,7 +191,8 @@ class MNISTDataModule(_IDXDataModule):
     Data come from the four IDX files, found in ``<root>/MNIST/raw`` (torchvision's
     layout, where ``download=True`` puts them through ``torchvision.datasets.MNIST``,
     checksummed) or directly in ``<root>``; plain or gzipped files both work, so a
-    directory holding the four files works offline.
+    directory holding the four files works offline. Fashion-MNIST's files (same names and
+    format) are refused, recognised by their labels.
 
     Pixels are min-max scaled with the global training minimum and maximum
     (``scaling="global"``, i.e. ``/255``); ``scaling="feature"`` scales each pixel on its

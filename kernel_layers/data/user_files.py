@@ -4,13 +4,15 @@ Used to predict on new data (:meth:`ArrayDataModule.set_predict_source
 <kernel_layers.data.base.ArrayDataModule.set_predict_source>`); no code is ever executed
 while reading.
 
-CSV header rule: the first row is a header, and skipped, when one of its fields is not a
-number, or when its ``D >= 3`` fields are exactly ``0, 1, ..., D-1`` in order (written
-``0,1,2`` or ``0.0,1.0,2.0``): the column names ``pandas.DataFrame(x).to_csv(path,
-index=False)`` writes. A first data row that is exactly ``0, 1, ..., D-1`` is therefore
-read as a header: keep such data in a ``.npy`` file. With one or two columns such a first
-row (``0`` or ``0,1``) is as likely data as a header, and the file is refused: give it a
-text header (``x0,x1``) or none that looks like ``0,1``.
+CSV header rule: the first row is a header, and skipped, when one of its fields is text
+(not a number, and not a missing value: empty, ``NA``, ``N/A``, ``null``, ``None``), or
+when its ``D >= 3`` fields are exactly ``0, 1, ..., D-1`` in order (written ``0,1,2`` or
+``0.0,1.0,2.0``): the column names ``pandas.DataFrame(x).to_csv(path, index=False)``
+writes. A first data row that is exactly ``0, 1, ..., D-1`` is therefore read as a
+header: keep such data in a ``.npy`` file. With one or two columns such a first row
+(``0`` or ``0,1``) is as likely data as a header, and the file is refused: give it a text
+header (``x0,x1``) or none that looks like ``0,1``. A row with a missing value is
+refused (the message names its line), the first row too; only blank lines are skipped.
 
 Image range rule: a pixel ``v`` of an image file whose values run to ``M`` (``255`` for
 8-bit images, ``65535`` for 16-bit grayscale PNGs) becomes ``v * pixel_max / M`` in the
@@ -36,6 +38,8 @@ __all__ = ["IMAGE_SUFFIXES", "csv_rows", "read_feature_rows"]
 
 #: Fewest columns of a first row ``0, 1, ..., D-1`` taken for pandas' column names.
 MIN_NUMERIC_HEADER = 3
+#: CSV fields that stand for a missing value (compared in lower case): not header text.
+MISSING_FIELDS = frozenset({"", "na", "n/a", "nan", "null", "none"})
 #: Image files read by :func:`read_feature_rows` from a folder.
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 #: Largest pixel value of the 8-bit and 16-bit image modes that are read.
@@ -76,11 +80,19 @@ def read_feature_rows(
         rows = _read_image_folder(source, input_shape, owner, pixel_max)
     elif source.suffix == ".npy":
         try:
-            rows = np.load(source, allow_pickle=False)
-        except ValueError as err:
+            loaded = np.load(source, allow_pickle=False)
+        except (ValueError, EOFError) as err:  # EOFError: an empty or truncated file
             raise ValueError(
-                f"{owner}: cannot read {str(source)!r} as a .npy array without pickles ({err})"
+                f"{owner}: cannot read {str(source)!r} as a .npy array without pickles "
+                f"({err or type(err).__name__})"
             ) from err
+        if not isinstance(loaded, np.ndarray):  # an .npz archive under a .npy name
+            loaded.close()
+            raise ValueError(
+                f"{owner}: {str(source)!r} must hold one .npy array, got an .npz archive "
+                f"({type(loaded).__name__})"
+            )
+        rows = loaded
         if rows.dtype.kind not in REAL_KINDS:
             raise ValueError(
                 f"{owner}: {str(source)!r} must hold real numbers, got dtype {rows.dtype}"
@@ -125,7 +137,7 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
     lines = [
         (number, [field.strip() for field in fields])
         for number, fields in enumerate(csv.reader(io.StringIO(text)), start=1)
-        if any(field.strip() for field in fields)
+        if len(fields) > 1 or (fields and fields[0].strip())  # blank lines skipped
     ]
     if lines and _is_header(lines[0][1], owner, source):
         lines = lines[1:]
@@ -148,10 +160,15 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
 def _is_header(fields: list[str], owner: str, source: str) -> bool:
     """A first row is a header if a field is not a number, or if it is ``0, 1, ..., D-1``
     with ``D >= 3`` (module docstring); with ``D < 3`` that row is ambiguous and refused."""
-    try:
-        values = [float(field) for field in fields]
-    except ValueError:
+    if any(not _is_number(field) and field.lower() not in MISSING_FIELDS for field in fields):
         return True
+    if not all(_is_number(field) for field in fields):
+        missing = next(field for field in fields if not _is_number(field))
+        raise ValueError(
+            f"{owner}: cannot read {source!r} as comma-separated numbers: line 1 has a "
+            f"missing value ({missing!r}) among numbers"
+        )
+    values = [float(field) for field in fields]
     if values != [float(i) for i in range(len(values))]:
         return False
     if len(values) < MIN_NUMERIC_HEADER:
@@ -161,6 +178,14 @@ def _is_header(fields: list[str], owner: str, source: str) -> bool:
             f"{MIN_NUMERIC_HEADER} columns it cannot be told; write a text header (e.g. "
             "x0,x1) or save the rows as .npy"
         )
+    return True
+
+
+def _is_number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
     return True
 
 
