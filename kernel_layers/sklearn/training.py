@@ -235,6 +235,7 @@ class _EpochLoop:
         self.fast_dev_run = False
         self.callback_metrics: dict[str, float] = {}
         self.current_epoch = 0
+        self.check_val_every_n_epoch = 1  # the monitored value is this epoch's
         self.should_stop = False
         self.strategy = self
 
