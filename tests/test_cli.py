@@ -254,6 +254,29 @@ def test_select_gamma_rejects_root_for_bundled_data(capsys) -> None:
     assert "--root does not apply to --data digits" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (
+            ["select-gamma", "--landmarks", "0"],
+            "argument --landmarks: must be an integer >= 1, got '0'",
+        ),
+        (["select-gamma", "--max-samples", "x"], "argument --max-samples: must be an integer >= 1"),
+        (
+            ["plot", "run", "--image-shape", "8"],
+            "argument --image-shape: must be H,W (two integers",
+        ),
+        (["plot", "run", "--image-shape", "8,x"], "argument --image-shape: must be H,W"),
+        (["plot", "run", "--image-shape", "0,8"], "argument --image-shape: must be H,W"),
+    ],
+)
+def test_a_bad_command_option_is_named_with_status_2(capsys, argv: list[str], match: str) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert match in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ recipes by name
 def test_recipes_ship_with_the_package_and_list_one_line_each(capsys) -> None:
     with pytest.raises(SystemExit) as done:

@@ -18,6 +18,25 @@ from kernel_layers.training.module import KernelClassifier
 __all__ = ["export_command", "plot_command", "select_gamma_command"]
 
 
+def _is_positive_int(text: str) -> bool:
+    return text.strip().isdigit() and int(text) >= 1
+
+
+def _positive_int(text: str) -> int:
+    """An integer ``>= 1`` (argparse names the option when it is not)."""
+    if not _is_positive_int(text):
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _image_shape(text: str) -> tuple[int, int]:
+    """``H,W`` as two integers ``>= 1`` (argparse names the option when it is not)."""
+    fields = text.split(",")
+    if len(fields) != 2 or not all(_is_positive_int(field) for field in fields):
+        raise argparse.ArgumentTypeError(f"must be H,W (two integers >= 1), got {text!r}")
+    return int(fields[0]), int(fields[1])
+
+
 # ------------------------------------------------------------------------ select-gamma
 def select_gamma_command(argv: list[str]) -> int:
     """``kernel-layers select-gamma``: grid search of gamma on a data module's training set."""
@@ -38,8 +57,8 @@ def select_gamma_command(argv: list[str]) -> int:
     )
     parser.add_argument("--data", choices=sorted(names), default="digits")
     parser.add_argument("--root", default=None, help="root / data_home of the data module")
-    parser.add_argument("--landmarks", type=int, default=1000)
-    parser.add_argument("--max-samples", type=int, default=10000)
+    parser.add_argument("--landmarks", type=_positive_int, default=1000)
+    parser.add_argument("--max-samples", type=_positive_int, default=10000)
     parser.add_argument("--classifier", choices=["linear_svc", "ridge"], default="linear_svc")
     args = parser.parse_args(argv)
     cls = names[args.data]
@@ -77,7 +96,9 @@ def plot_command(argv: list[str]) -> int:
     )
     parser.add_argument("run_dir", help="a CSVLogger version folder holding metrics.csv")
     parser.add_argument("--ckpt", default=None, help="a checkpoint of the run")
-    parser.add_argument("--image-shape", default=None, help="H,W of image inputs (e.g. 28,28)")
+    parser.add_argument(
+        "--image-shape", type=_image_shape, default=None, help="H,W of image inputs (e.g. 28,28)"
+    )
     parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR)")
     args = parser.parse_args(argv)
     out = Path(args.out or args.run_dir)
@@ -87,10 +108,7 @@ def plot_command(argv: list[str]) -> int:
         parser.error(str(err))
     if args.ckpt is not None:
         model = KernelClassifier.load_from_checkpoint(args.ckpt, map_location="cpu")
-        shape = None
-        if args.image_shape:
-            shape = tuple(int(v) for v in args.image_shape.split(","))
-        written += draw_model(model, out, shape, None)
+        written += draw_model(model, out, args.image_shape, None)
     for path in written:
         print(f"wrote {path}")
     return 0
