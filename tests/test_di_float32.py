@@ -70,3 +70,21 @@ def test_well_conditioned_float32_features_keep_float32_products(monkeypatch) ->
     # Both keep the float32 Gram (None would mean it was redone in float64); Fourier's
     # round-off estimate also allows a float32 factor, the Nystrom features' does not.
     assert factors == [torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_forced_dual_form_of_float32_features_with_more_rows_than_columns(offset: float) -> None:
+    # B > J: B - J eigenvalues of the dual Gram are rho alone, where a float32 Gram's
+    # round-off is not bounded by its pivots (it moved DI by 1.8e-3 with the offset,
+    # which DI ignores); the dual Gram is then formed in float64
+    import references as ref
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(1000, 784, generator=generator)
+    labels = torch.randint(0, 10, (1000,), generator=generator)
+    phi = FourierLayer(784, 400, gamma=0.02, seed=0)(x).detach() + offset
+    want = ref.di(phi.double().numpy(), ref.onehot_unit(labels.numpy(), 10), 1e-4)
+    for form in ("dual", "primal"):
+        got = discriminant_information(phi, labels, rho=1e-4, num_classes=10, form=form)
+        assert got.dtype == torch.float32
+        assert abs(float(got) - want) / want < 1e-5, form

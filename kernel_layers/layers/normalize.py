@@ -62,8 +62,9 @@ def normalize_features(features: Tensor, *, eps: float = NORM_EPS) -> Tensor:
         eps: guard on the norm ``> 0``.
 
     Returns:
-        Tensor[..., J]: rows of norm 1 (0 for rows of norm below ``eps``); their inner
-        products are the normalised kernel ``k(x, y) / sqrt(k(x, x) k(y, y))``.
+        Tensor[..., J]: rows of norm 1 (rows of norm below ``eps`` divided by ``eps``,
+        so a zero row stays 0); their inner products are the normalised kernel
+        ``k(x, y) / sqrt(k(x, x) k(y, y))``.
     """
     # Scaled by each row's largest magnitude first, so huge rows do not overflow the norm.
     largest = features.detach().abs().amax(dim=-1, keepdim=True)
@@ -190,7 +191,8 @@ class FeatureNormalization(nn.Module):
     """Scale every feature row to unit norm (the normalised kernel).
 
     ``phi(x) / ||phi(x)||`` gives ``phi(x)^T phi(y) = k(x, y) / sqrt(k(x, x) k(y, y))``
-    for the approximate kernel ``k = phi^T phi``; rows with norm below ``eps`` map to 0.
+    for the approximate kernel ``k = phi^T phi``; rows with norm below ``eps`` are divided
+    by ``eps`` (a zero row stays 0).
 
     Args:
         eps: guard on the norm ``> 0``.

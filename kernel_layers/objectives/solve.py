@@ -136,8 +136,12 @@ def _solve_dual(
         ``rho Q = Y_c - Phi_c A`` and ``A = Phi_c^T Q``, in ``phi_c``'s dtype.
     """
     rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=phi_c.device)
-    gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
-    factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
+    factor = None
+    # With B > J the Gram has B - J zero eigenvalues, lifted to rho alone: the pivots do
+    # not bound the round-off a float32 Gram leaves there, so it is formed in float64.
+    if phi_c.shape[0] <= phi_c.shape[1]:
+        gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
+        factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
     if factor is None:  # too coarse in float32: redo the B x B product in float64
         gram = gram_matrix(phi_c.to(SOLVE_DTYPE), transpose=True)
         factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
