@@ -789,12 +789,29 @@ def test_predict_refuses_an_output_that_is_its_input(fitted_quickstart: Path, mo
 
 def test_predict_rejects_a_bad_output_and_a_missing_input(fitted_quickstart: Path, monkeypatch):
     monkeypatch.chdir(fitted_quickstart)
-    with pytest.raises(ValueError, match=r"argument 'output' must end in one of \['.csv', '.pt'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"^kernel-layers predict: argument '--predict_output': PredictionWriter: "
+        r"argument 'output' must end in one of \['.csv', '.pt'\]",
+    ):
         _predict(fitted_quickstart, "--predict_output=out.txt")
-    with pytest.raises(ValueError, match=r"argument 'path' must be an existing .npy / .csv file"):
+    with pytest.raises(
+        ValueError,
+        match=r"^kernel-layers predict: argument '--predict_input': .*argument 'path' must "
+        r"be an existing .npy / .csv file",
+    ):
         _predict(fitted_quickstart, "--predict_input=nowhere.npy")
-    with pytest.raises(ValueError, match=r"argument 'split' must be one of \['train', 'val', "):
+    with pytest.raises(
+        ValueError,
+        match=r"^kernel-layers predict: argument '--predict_split': .*argument 'split' must "
+        r"be one of \['train', 'val', ",
+    ):
         _predict(fitted_quickstart, "--predict_split=validation")
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"^kernel-layers: argument '--ckpt_path': no checkpoint file at 'nowhere.ckpt'",
+    ):
+        main(["test", "--config", "quickstart", "--ckpt_path", "nowhere.ckpt", *QUIET])
 
 
 # ------------------------------------------------------------------ export

@@ -19,7 +19,8 @@ import argparse
 import logging
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +279,8 @@ class KernelLayersCLI(LightningCLI):
                 "the configuration's ModelCheckpoint has written none (fit first, or pass "
                 "a checkpoint file)"
             )
-        self.check_ckpt_matches(path, str(ckpt_path))
+        with _named_option("kernel-layers", "--ckpt_path", (FileNotFoundError,)):
+            self.check_ckpt_matches(path, str(ckpt_path))
         options["ckpt_path"] = path  # the file checked is the file loaded
 
     def before_fit(self) -> None:
@@ -299,7 +301,9 @@ class KernelLayersCLI(LightningCLI):
                 "kernel-layers predict: the data module must be a kernel_layers.data "
                 f"ArrayDataModule, got {type(dm).__name__}"
             )
-        dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
+        option = "--predict_split" if options["predict_input"] is None else "--predict_input"
+        with _named_option("kernel-layers predict", option):
+            dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
         check_not_an_input(
             options["predict_output"],
             [options["predict_input"], options.get("ckpt_path")],
@@ -308,7 +312,8 @@ class KernelLayersCLI(LightningCLI):
         )
         if isinstance(self.model, KernelClassifier):
             self.model.hparams["return_scores"] = True
-        writer = PredictionWriter(options["predict_output"], scores=options["predict_scores"])
+        with _named_option("kernel-layers predict", "--predict_output"):
+            writer = PredictionWriter(options["predict_output"], scores=options["predict_scores"])
         self.trainer.callbacks.append(writer)  # type: ignore[attr-defined]  # a list property
         # that Lightning's Trainer stub does not declare
 
@@ -354,6 +359,18 @@ class KernelLayersCLI(LightningCLI):
         if self.trainer.is_global_zero:
             lines = fit_summary(self.trainer, accuracy, saver.saved_path if saver else None)
             print("\n".join(lines), flush=True)
+
+
+@contextmanager
+def _named_option(
+    owner: str, option: str, errors: tuple[type[Exception], ...] = (ValueError,)
+) -> Iterator[None]:
+    """Re-raise an error of ``errors`` from the block (the same type) naming the
+    command-line ``option`` whose value caused it."""
+    try:
+        yield
+    except errors as err:
+        raise type(err)(f"{owner}: argument '{option}': {err}") from err
 
 
 def run_lightning_cli(argv: list[str], *, console: bool) -> None:
