@@ -140,28 +140,18 @@ def test_keep_best_option_adds_the_callback_and_hands_back_the_best_epoch(
     for name, value in model.state_dict().items():
         if isinstance(value, torch.Tensor):
             torch.testing.assert_close(value.cpu(), keep.best_state[name], rtol=0, atol=0)
+    # the best epoch is restored before the read-out's refit at the end of fit: the
+    # read-out is current for the restored features and scores as validation did
+    x, y = dm.val_dataset.tensors[:2]  # type: ignore[union-attr]
+    assert _accuracy(model, x, y) == pytest.approx(keep.best_score, abs=1e-6)
     score = trainer.validate(model, dm, verbose=False)[0]["val/acc"]
     assert score == pytest.approx(keep.best_score, abs=1e-6)
 
 
-def test_the_model_handed_back_scores_with_the_read_out_of_its_epoch(
-    make_trainer: Callable[..., L.Trainer],
-) -> None:
-    # the best epoch is restored before the read-out's refit at the end of fit: the
-    # read-out is current for the restored features and scores as validation did
-    L.seed_everything(0)
-    model = KernelClassifier(
-        FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best="val/acc"
-    )
-    trainer = make_trainer(max_epochs=4)
-    dm = _data()
-    trainer.fit(model, dm)
-    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
-    assert keep.best_epoch == 0
-    x, y = dm.val_dataset.tensors[:2]  # type: ignore[union-attr]
+def _accuracy(model: KernelClassifier, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The fitted model's accuracy on rows ``x``, labels ``y``, without a refit."""
     with torch.no_grad():
-        accuracy = (model.scores(model(x)).argmax(1) == y).double().mean()
-    assert float(accuracy) == pytest.approx(keep.best_score, abs=1e-6)
+        return float((model.scores(model(x)).argmax(1) == y).double().mean())
 
 
 def test_a_read_out_trained_by_gradient_leaves_the_untrained_map_out(
@@ -203,10 +193,7 @@ def test_keep_best_with_plain_loaders_keeps_the_best_trained_epoch(
         trainer.fit(model, train, val)
     keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
     assert keep.best_epoch is not None and keep.best_epoch >= 0
-    x, y = rows[1].tensors
-    with torch.no_grad():
-        accuracy = (model.scores(model(x)).argmax(1) == y).double().mean()
-    assert float(accuracy) == pytest.approx(keep.best_score, abs=1e-6)
+    assert _accuracy(model, *rows[1].tensors) == pytest.approx(keep.best_score, abs=1e-6)
 
 
 def test_the_stopping_rule_can_watch_validation_accuracy(
