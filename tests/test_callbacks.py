@@ -656,3 +656,15 @@ def test_a_validation_metric_counts_only_the_epochs_that_validate(
     assert on_val.decay_epochs == [] and stop.stopping_reason is DISaturationReason.NOT_STOPPED
     assert trainer.current_epoch == 6
     assert on_train.decay_epochs == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_validation_metric_without_validation_is_named_when_strict(
+    make_trainer: Callable[..., L.Trainer], every: int
+) -> None:
+    # no validation loader: the metric never comes, whatever check_val_every_n_epoch says
+    loader = DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
+    decay = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
+    trainer = make_trainer(callbacks=[decay], max_epochs=2, check_val_every_n_epoch=every)
+    with pytest.raises(RuntimeError, match=r"PlateauDecay: monitored metric 'val/rising' is not"):
+        trainer.fit(_EveryOtherValidation(), loader)

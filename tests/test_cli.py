@@ -262,6 +262,7 @@ def test_select_gamma_rejects_root_for_bundled_data(capsys) -> None:
             "argument --landmarks: must be an integer >= 1, got '0'",
         ),
         (["select-gamma", "--max-samples", "x"], "argument --max-samples: must be an integer >= 1"),
+        (["select-gamma", "--landmarks", "\u00b2"], "argument --landmarks: must be an integer"),
         (
             ["plot", "run", "--image-shape", "8"],
             "argument --image-shape: must be H,W (two integers",

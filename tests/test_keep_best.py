@@ -4,6 +4,7 @@ and the stopping rule on a validation metric."""
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -194,6 +195,9 @@ def test_keep_best_with_plain_loaders_keeps_the_best_trained_epoch(
     keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
     assert keep.best_epoch is not None and keep.best_epoch >= 0
     assert _accuracy(model, *rows[1].tensors) == pytest.approx(keep.best_score, abs=1e-6)
+    with warnings.catch_warnings():  # the warning is the fit's: predict stays quiet
+        warnings.filterwarnings("error", message=".*keep_best=")
+        trainer.predict(model, val)
 
 
 def test_the_stopping_rule_can_watch_validation_accuracy(

@@ -61,6 +61,13 @@ def test_targets_near_the_float64_limit_predict_in_their_units() -> None:
     np.testing.assert_allclose(huge.predict(x_test) / 1e300, unit.predict(x_test), rtol=1e-6)
 
 
+def test_a_constant_subnormal_target_is_predicted_as_itself() -> None:
+    x_train, x_test, y_train, _ = _friedman(100)
+    constant = np.full(len(y_train), 5e-324)
+    model = DIRegressor(n_components=10, max_epochs=1, random_state=0).fit(x_train, constant)
+    np.testing.assert_array_equal(model.predict(x_test), np.full(len(x_test), 5e-324))
+
+
 def test_two_targets_predict_two_columns_in_their_units() -> None:
     x_train, x_test, y_train, _ = _friedman(300)
     y2 = np.stack([y_train, 1000.0 * y_train + 5.0], 1)

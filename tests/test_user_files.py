@@ -79,8 +79,16 @@ def test_csv_rows_name_the_bad_line() -> None:
         ("x0,x1,x2\n1,2,3\n,,\n4,5,6\n", r"line 3 \(could not convert string to float: ''\)"),
         ("1,,3\n4,5,6\n", r"line 1 has a missing value \(''\) among numbers"),
         ("NA,2,3\n4,5,6\n", r"line 1 has a missing value \('NA'\) among numbers"),
+        ('x0\n1.0\n""\n3.0\n', r"line 3 \(could not convert string to float: ''\)"),
+        (",0,1,2\n0,1,2,3\n", r"line 1 .*\(pandas' header with its index column: write with"),
     ],
-    ids=["a row of empty fields", "first row, empty field", "first row, NA"],
+    ids=[
+        "a row of empty fields",
+        "first row, empty field",
+        "first row, NA",
+        "one column, quoted empty field",
+        "pandas' index column",
+    ],
 )
 def test_a_row_with_missing_values_is_refused_not_skipped(text: str, match: str) -> None:
     # pandas writes a row of NaN as ",,": skipping it would shift every later prediction
@@ -88,6 +96,14 @@ def test_a_row_with_missing_values_is_refused_not_skipped(text: str, match: str)
         ValueError, match=r"cannot read 'f.csv' as comma-separated numbers: " + match
     ):
         csv_rows(text, source="f.csv")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
+def test_a_value_that_is_not_finite_is_refused_with_its_line(value: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"every value of 'f.csv' must be finite, line 3 holds '{value}'"
+    ):
+        csv_rows(f"a,b\n1,2\n3,{value}\n", source="f.csv")
 
 
 def test_blank_lines_are_skipped_and_a_header_may_name_a_column_na() -> None:

@@ -365,12 +365,13 @@ class KernelLayersCLI(LightningCLI):
 def _named_option(
     owner: str, option: str, errors: tuple[type[Exception], ...] = (ValueError,)
 ) -> Iterator[None]:
-    """Re-raise an error of ``errors`` from the block (the same type) naming the
-    command-line ``option`` whose value caused it."""
+    """Re-raise an error of ``errors`` from the block naming the command-line ``option``
+    whose value caused it (a ``FileNotFoundError`` as one, any other as a ``ValueError``)."""
     try:
         yield
     except errors as err:
-        raise type(err)(f"{owner}: argument '{option}': {err}") from err
+        kind = FileNotFoundError if isinstance(err, FileNotFoundError) else ValueError
+        raise kind(f"{owner}: argument '{option}': {err}") from err
 
 
 def run_lightning_cli(argv: list[str], *, console: bool) -> None:

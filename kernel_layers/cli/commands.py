@@ -19,7 +19,7 @@ __all__ = ["export_command", "plot_command", "select_gamma_command"]
 
 
 def _is_positive_int(text: str) -> bool:
-    return text.strip().isdigit() and int(text) >= 1
+    return text.strip().isdecimal() and int(text) >= 1
 
 
 def _positive_int(text: str) -> int:

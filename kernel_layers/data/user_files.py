@@ -39,7 +39,7 @@ __all__ = ["IMAGE_SUFFIXES", "csv_rows", "read_feature_rows"]
 #: Fewest columns of a first row ``0, 1, ..., D-1`` taken for pandas' column names.
 MIN_NUMERIC_HEADER = 3
 #: CSV fields that stand for a missing value (compared in lower case): not header text.
-MISSING_FIELDS = frozenset({"", "na", "n/a", "nan", "null", "none"})
+MISSING_FIELDS = frozenset({"", "na", "n/a", "null", "none"})
 #: Image files read by :func:`read_feature_rows` from a folder.
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 #: Largest pixel value of the 8-bit and 16-bit image modes that are read.
@@ -135,9 +135,9 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
             header or data.
     """
     lines = [
-        (number, [field.strip() for field in fields])
+        (number, [field.strip() for field in fields])  # blank lines skipped: [] or spaces
         for number, fields in enumerate(csv.reader(io.StringIO(text)), start=1)
-        if len(fields) > 1 or (fields and fields[0].strip())  # blank lines skipped
+        if fields and (len(fields) > 1 or fields[0] == "" or fields[0].strip())
     ]
     if lines and _is_header(lines[0][1], owner, source):
         lines = lines[1:]
@@ -149,6 +149,11 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
             raise ValueError(
                 f"{owner}: cannot read {source!r} as comma-separated numbers: line {number} ({err})"
             ) from err
+        if not all(np.isfinite(rows[-1])):
+            raise ValueError(
+                f"{owner}: every value of {source!r} must be finite, line {number} holds "
+                f"{next(f for f in fields if not np.isfinite(float(f)))!r}"
+            )
         if len(rows[-1]) != len(rows[0]):
             raise ValueError(
                 f"{owner}: every row of {source!r} must have {len(rows[0])} values (its first "
@@ -164,9 +169,11 @@ def _is_header(fields: list[str], owner: str, source: str) -> bool:
         return True
     if not all(_is_number(field) for field in fields):
         missing = next(field for field in fields if not _is_number(field))
+        index = " (pandas' header with its index column: write with index=False)"
         raise ValueError(
             f"{owner}: cannot read {source!r} as comma-separated numbers: line 1 has a "
             f"missing value ({missing!r}) among numbers"
+            + (index if fields[0] == "" and len(fields) > 1 else "")
         )
     values = [float(field) for field in fields]
     if values != [float(i) for i in range(len(values))]:

@@ -271,12 +271,16 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
             tuple[Tensor[B, n], Tensor[n, n]]: ``G = k(x, Z)`` in
             ``feature_dtype(x.dtype)`` and the jittered ``K_Z`` in float64.
         """
-        spec = self.kernel_spec
-        spec.validate_input(type(self).__name__, "x", x)
+        g, landmarks = self._cross_kernel(x)
+        return g, landmark_gram(landmarks, self.kernel_spec, self.gamma, self.jitter)
+
+    def _cross_kernel(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``G = k(x, Z)`` and the (scaled) landmarks, both in :meth:`feature_dtype`."""
+        self.kernel_spec.validate_input(type(self).__name__, "x", x)
         dtype = self.feature_dtype(upcast(x).dtype)
         landmarks = self._scale_inputs(upcast(self.landmarks).to(dtype))
-        g = spec.matrix(self._scale_inputs(x.to(dtype)), landmarks, self.gamma)
-        return g, landmark_gram(landmarks, spec, self.gamma, self.jitter)
+        g = self.kernel_spec.matrix(self._scale_inputs(x.to(dtype)), landmarks, self.gamma)
+        return g, landmarks
 
     def feature_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype in which the map evaluates ``G`` and ``G P`` for inputs of ``dtype``.
@@ -326,7 +330,8 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features.
 
         Runs with autocast disabled; float16 / bfloat16 inputs (or landmarks) are
-        computed in float32, and the features come out in that dtype. In eval mode
+        computed in float32, and the features come out in that dtype; narrow inputs'
+        features are computed in float64 (:meth:`feature_dtype`). In eval mode
         without gradients to the landmarks the map ``P`` of :meth:`projection` is
         cached (recomputed whenever the landmarks change), so inference costs one kernel
         matrix and one product, and exported graphs (ONNX) hold ``P`` as a constant.
@@ -342,11 +347,7 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)
             flat = upcast(flat)
             if self._uses_cache():
-                spec = self.kernel_spec
-                spec.validate_input(owner, "x", flat)
-                dtype = self.feature_dtype(flat.dtype)
-                landmarks = self._scale_inputs(upcast(self.landmarks).to(dtype))
-                g = spec.matrix(self._scale_inputs(flat.to(dtype)), landmarks, self.gamma)
+                g = self._cross_kernel(flat)[0]
                 features = g @ self._cached_projection().to(g.dtype)
             else:
                 g, k_z = self.kernel_matrices(flat)

@@ -147,10 +147,9 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         peak = np.where(peak > 0, peak, 1.0)
         unit = targets / peak
         centre, spread = unit.mean(0), unit.std(0)
-        spread = np.where(spread > 0, spread, 1.0 / peak)
         self.target_mean_ = centre * peak
-        self.target_scale_ = spread * peak
-        z = (unit - centre) / spread
+        self.target_scale_ = np.where(spread > 0, spread * peak, 1.0)  # constant: 1
+        z = (unit - centre) / np.where(spread > 0, spread, 1.0)
         trains = self.max_epochs > 0 and len(X) > 2
         x, fit, held = learn_map(self, X, z, device, trains, None, r2_score_of, _loo_penalty)
         features = self._features(x)

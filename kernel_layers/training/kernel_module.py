@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import Self
@@ -206,7 +207,7 @@ class KernelModule(LightningModule):
         scores_untrained = self._trainer is None or all(  # no trainer: no data to judge yet
             hasattr(datamodule, loader) for loader in ("train_eval_dataloader", "val_dataloader")
         )
-        if not scores_untrained:
+        if not scores_untrained and self.trainer.state.fn == TrainerFn.FITTING:
             rank_zero_warn(
                 f"{type(self).__name__}: keep_best={monitor!r} keeps the best trained epoch "
                 "only: the untrained map is a candidate with a kernel_layers data module "
