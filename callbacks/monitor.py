@@ -254,8 +254,11 @@ class MonitorCallback(Callback):
             return None
         every = trainer.check_val_every_n_epoch
         validates = bool(getattr(trainer, "enable_validation", True))  # a loader, batches
-        if validates and every is not None and every > 1 and self._validated_epoch != (
-            trainer.current_epoch
+        if (
+            validates
+            and every is not None
+            and every > 1
+            and self._validated_epoch != (trainer.current_epoch)
         ):
             # no validation this epoch: a validation metric is stale, or not logged yet
             if self._from_validation or self.monitor not in trainer.callback_metrics:
