@@ -84,6 +84,10 @@ def run(cmd: list[str], timeout: float) -> tuple[int, str, float]:
     return status, output, seconds
 
 
+#: A test pytest's short summary reports as failed (``FAILED tests/x.py::name[param]``).
+FAILED_TEST = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+
+
 def pytest_counts(output: str) -> dict[str, int]:
     """The counts of pytest's summary line (``3 passed, 1 failed ...``, or with
     ``--collect-only`` ``12/300 tests collected (288 deselected)``)."""
@@ -100,6 +104,55 @@ DESCRIPTION = (
     "matrix-product floor, the MNIST recipes' time to accuracy, epoch overhead and peak "
     "GPU memory."
 )
+
+
+#: The tables of the record file (``benchmarks/report.py``), over the records present.
+TABLE_COLUMNS: dict[str, list[list[str]]] = {
+    "gpu_tests": [
+        ["machine", "{machine_class}"],
+        ["collected", "{collected}"],
+        ["passed", "{passed}"],
+        ["failed", "{failed}"],
+        ["seconds", "{seconds:.0f}"],
+    ],
+    "gpu_di_step": [
+        ["layer", "{layer}"],
+        ["B, d, J", "{B}, {d}, {J}"],
+        ["DI step ms", "{ours_ms:.2f}"],
+        ["product floor ms", "{floor_ms:.2f}"],
+        ["ratio", "{ratio:.1f}"],
+        ["peak MiB", "{peak_mib:.0f}"],
+    ],
+    "gpu_recipe": [
+        ["recipe", "{name}"],
+        ["epochs", "{epochs}"],
+        ["test accuracy", "{test_acc:.2f} %"],
+        ["training s", "{train_s:.1f}"],
+        ["to 98 %", "{to_target_s:.1f} s (epoch {to_target_epoch})"],
+    ],
+    "gpu_epoch": [
+        ["run", "{name}"],
+        ["steps s", "{steps_s:.3f}"],
+        ["epoch s", "{epoch_s:.3f}"],
+        ["epoch / steps", "{ratio:.2f}"],
+        ["peak MiB", "{peak_mib:.0f}"],
+    ],
+}
+
+
+def tables(stored: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows tables of the records that measured something (a failed step records
+    only its ``status`` and ``seconds``)."""
+    names = [r["name"] for r in stored if set(r["figures"]) - {"status", "seconds"}]
+    rows = {
+        "gpu_tests": [n for n in names if n == "tests"],
+        "gpu_di_step": [n for n in names if n.startswith("di_step ")],
+        "gpu_recipe": [n for n in names if n == "mnist_nystrom_di"],
+        "gpu_epoch": [n for n in names if n in ("epoch", "cnn")],
+    }
+    return {
+        table: {"rows": rows[table], "columns": columns} for table, columns in TABLE_COLUMNS.items()
+    }
 
 
 class Steps:
@@ -127,7 +180,7 @@ class Steps:
             "machine": records.machine(self.device),
             "date": time.strftime("%Y-%m-%d"),
         }
-        self.stored = records.store(self.out / "gpu.json", record, DESCRIPTION, {})
+        self.stored = records.store(self.out / "gpu.json", record, DESCRIPTION, tables)
 
     def shown(self, command: list[str]) -> str:
         """``command`` as a record shows it: ``python``, paths from the repository root,
@@ -147,6 +200,7 @@ class Steps:
         cmd += ["--collect-only"] if self.args.quick else []
         status, output, seconds = run([*cmd, "tests"], self.budget("tests"))
         figures: dict[str, Any] = {**pytest_counts(output), "seconds": round(seconds, 1)}
+        figures["failed_tests"] = sorted(set(FAILED_TEST.findall(output)))
         figures["status"] = status
         self.add("tests", figures, cmd)
 
@@ -229,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", nargs="+", default=list(SHARES), choices=list(SHARES), help="steps to run"
     )
     args = parser.parse_args(argv)
+    args.data = str(Path(args.data).resolve())  # the steps' scripts may run elsewhere
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("argument --device: 'cuda' asked for, but torch sees no CUDA device")
     if args.commit is None:

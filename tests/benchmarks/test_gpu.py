@@ -33,7 +33,8 @@ def test_the_quick_rehearsal_runs_every_step_and_writes_records(tmp_path: Path) 
 
     _mnist_like(tmp_path / "data" / "mnist")
     out = tmp_path / "out"
-    args = ["--device", "cpu", "--quick", "--data", str(tmp_path / "data"), "--out", str(out)]
+    # --data relative to the working folder: the steps run from the repository root
+    args = ["--device", "cpu", "--quick", "--data", "data", "--out", str(out)]
     args += ["--budget", "3000", "--target", "0.3", "--commit", "0000000"]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), *args],
@@ -55,6 +56,9 @@ def test_the_quick_rehearsal_runs_every_step_and_writes_records(tmp_path: Path) 
     ]
     # Every CUDA case is collected (none runs on the CPU): the device fixture's and more.
     assert records["tests"]["collected"] >= 100 and records["tests"]["status"] == 0
+    assert records["tests"]["failed_tests"] == []
+    assert data["tables"]["gpu_di_step"]["rows"] == [n for n in records if "di_step" in n]
+    assert data["tables"]["gpu_epoch"]["rows"] == ["epoch", "cnn"]
     for layer in ("fourier", "nystrom"):
         step = records[f"di_step {layer} 300,20,50"]
         assert step["ours_ms"] > 0 and step["ratio"] > 0
@@ -80,3 +84,24 @@ def test_the_gpu_script_is_valid_bash_and_refuses_a_missing_gpu() -> None:
     )
     assert done.returncode == 2
     assert "argument --device: 'cuda' asked for, but torch sees no CUDA device" in done.stderr
+
+
+def test_the_failed_tests_are_named_and_failed_steps_left_out_of_the_tables() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu
+
+    output = "F.\n=== short test summary info ===\nFAILED tests/a.py::t[cuda] - Error: x\n"
+    output += "ERROR tests/b.py::u - boom\n1 failed, 1 passed, 1 error in 2.0s\n"
+    assert gpu.FAILED_TEST.findall(output) == ["tests/a.py::t[cuda]", "tests/b.py::u"]
+    stored = [
+        {"name": "tests", "figures": {"passed": 1, "status": 1, "seconds": 2.0}},
+        {"name": "mnist_nystrom_di", "figures": {"status": 124, "seconds": 30.0}},
+        {"name": "epoch", "figures": {"steps_s": 0.3, "epoch_s": 0.6}},
+    ]
+    rows = {name: table["rows"] for name, table in gpu.tables(stored).items()}
+    assert rows == {
+        "gpu_tests": ["tests"],
+        "gpu_di_step": [],
+        "gpu_recipe": [],
+        "gpu_epoch": ["epoch"],
+    }
