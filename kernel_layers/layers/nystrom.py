@@ -220,8 +220,13 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
 
     @property
     def jitter(self) -> float:
-        """Relative diagonal jitter of ``K_Z``."""
+        """Relative diagonal jitter of ``K_Z`` (unset: the default of the landmarks' dtype)."""
         return self._jitter if self._jitter is not None else default_jitter(self.landmarks.dtype)
+
+    def keep_jitter(self) -> None:
+        """Set the jitter to the one in use, so that a change of dtype keeps the map (an
+        unset jitter follows the landmarks' dtype: ``1e-6`` in float32, less in float64)."""
+        self._jitter = self.jitter
 
     def data_rows_wanted(self) -> int:
         """``out_features`` training rows to draw the landmarks from, unless the

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.data.scaling import InputScaling
+from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.training.landmarks import rows_pending
 from kernel_layers.training.readout import head_needs_fit
 
@@ -78,6 +79,9 @@ class Predictor(nn.Module):
         self.kernel_layer = copy.deepcopy(kernel_layer)
         self.readout = copy.deepcopy(readout)
         if dtype is not None:
+            for layer in self.kernel_layer.modules():  # the trained map, in another dtype
+                if isinstance(layer, NystromLayer):
+                    layer.keep_jitter()
             for module in (self.backbone, self.kernel_layer, self.readout):
                 if module is not None:
                     module.to(dtype)
