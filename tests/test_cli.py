@@ -845,6 +845,7 @@ def test_export_writes_an_onnx_model_of_raw_rows(fitted_quickstart: Path, monkey
     model = KernelClassifier.load_from_checkpoint(
         fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"
     ).eval()
+    model.kernel_layer.keep_jitter()  # the float64 reference of the same map
     with torch.no_grad():
         expected = model.scores(model(dm.transform(raw)))
         exact = model.double().scores(model(dm.transform(raw).double()))
@@ -884,6 +885,7 @@ def test_export_in_float64(fitted_quickstart: Path, monkeypatch, capsys) -> None
     model = KernelClassifier.load_from_checkpoint(
         fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"
     ).eval()
+    model.kernel_layer.keep_jitter()  # the trained map's jitter, not float64's default
     with torch.no_grad():
         exact = model.double().scores(model(DigitsDataModule().transform(raw).double()))
     # float32 round-off gone: 2.3e-4 from float64 in float32 (test above), here under 1e-6
