@@ -15,12 +15,19 @@ from kernel_layers._validation import check_bool
 from kernel_layers.callbacks.monitor import MonitorCallback, check_monitor, should_skip
 from kernel_layers.callbacks.untrained_baseline import SQUARED_ERROR_KEY, untrained_scores
 
-__all__ = ["KeepBest"]
+__all__ = ["KeepBest", "scores_untrained"]
 
 _OWNER = "KeepBest"
 #: The monitors the untrained map can be scored on: ``KernelClassifier``'s validation
 #: accuracy and ``KernelRegressor``'s validation ``R^2``.
 UNTRAINED_MONITORS = ("val/acc", "val/r2")
+
+
+def scores_untrained(datamodule: Any) -> bool:
+    """Whether ``datamodule`` serves what scoring the untrained map reads: every training
+    row once (``train_eval_dataloader``) and the validation rows (``val_dataloader``), as
+    a :mod:`kernel_layers.data` module does."""
+    return all(hasattr(datamodule, name) for name in ("train_eval_dataloader", "val_dataloader"))
 
 
 class KeepBest(MonitorCallback):
@@ -144,7 +151,7 @@ class KeepBest(MonitorCallback):
             return
         datamodule = getattr(trainer, "datamodule", None)
         head = getattr(pl_module, "head", None)
-        if datamodule is None or head is None or not hasattr(datamodule, "val_dataloader"):
+        if head is None or not scores_untrained(datamodule):
             raise TypeError(
                 f"{_OWNER}: include_untrained needs a KernelClassifier (or KernelRegressor) "
                 "and a kernel_layers data module with a validation split, got "

@@ -252,18 +252,23 @@ class MonitorCallback(Callback):
         """
         if should_skip(trainer):
             return None
+        if self._skipped_validation(trainer) and (
+            self._from_validation or self.monitor not in trainer.callback_metrics
+        ):
+            return None  # a validation metric is stale, or not logged yet
+        return self._logged_value(trainer, self.monitor)
+
+    def _skipped_validation(self, trainer: pl.Trainer) -> bool:
+        """Whether this epoch ran no validation in a fit that validates every
+        ``check_val_every_n_epoch > 1`` epochs (with a loader and batches to validate)."""
         every = trainer.check_val_every_n_epoch
-        validates = bool(getattr(trainer, "enable_validation", True))  # a loader, batches
-        if (
+        validates = bool(getattr(trainer, "enable_validation", True))
+        return (
             validates
             and every is not None
             and every > 1
-            and self._validated_epoch != (trainer.current_epoch)
-        ):
-            # no validation this epoch: a validation metric is stale, or not logged yet
-            if self._from_validation or self.monitor not in trainer.callback_metrics:
-                return None
-        return self._logged_value(trainer, self.monitor)
+            and self._validated_epoch != trainer.current_epoch
+        )
 
     def _logged_value(self, trainer: pl.Trainer, key: str) -> float | None:
         """The epoch-level value logged under ``key``, or ``None`` when it is missing

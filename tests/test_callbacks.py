@@ -634,6 +634,9 @@ class _EveryOtherValidation(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=1.0)
 
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
+
 
 @pytest.mark.parametrize("every", [1, 2])
 def test_a_validation_metric_counts_only_the_epochs_that_validate(
@@ -642,7 +645,6 @@ def test_a_validation_metric_counts_only_the_epochs_that_validate(
     # check_val_every_n_epoch=2: in the epochs without validation val/rising still holds
     # the previous validation's value, which is no plateau; train/flat is read every
     # epoch either way
-    loader = DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
     on_val = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
     on_train = PlateauDecay(monitor="train/flat", patience=1, verbose=False)
     stop = DISaturationStopping(monitor="val/rising", patience=1, min_decays=0)
@@ -652,7 +654,8 @@ def test_a_validation_metric_counts_only_the_epochs_that_validate(
         check_val_every_n_epoch=every,
         num_sanity_val_steps=0,
     )
-    trainer.fit(_EveryOtherValidation(), loader, loader)
+    model = _EveryOtherValidation()
+    trainer.fit(model, val_dataloaders=model.train_dataloader())
     assert on_val.decay_epochs == [] and stop.stopping_reason is DISaturationReason.NOT_STOPPED
     assert trainer.current_epoch == 6
     assert on_train.decay_epochs == [1, 2, 3, 4, 5]
@@ -663,8 +666,7 @@ def test_a_validation_metric_without_validation_is_named_when_strict(
     make_trainer: Callable[..., L.Trainer], every: int
 ) -> None:
     # no validation loader: the metric never comes, whatever check_val_every_n_epoch says
-    loader = DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
     decay = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
     trainer = make_trainer(callbacks=[decay], max_epochs=2, check_val_every_n_epoch=every)
     with pytest.raises(RuntimeError, match=r"PlateauDecay: monitored metric 'val/rising' is not"):
-        trainer.fit(_EveryOtherValidation(), loader)
+        trainer.fit(_EveryOtherValidation())

@@ -165,10 +165,11 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
 def _is_header(fields: list[str], owner: str, source: str) -> bool:
     """A first row is a header if a field is not a number, or if it is ``0, 1, ..., D-1``
     with ``D >= 3`` (module docstring); with ``D < 3`` that row is ambiguous and refused."""
-    if any(not _is_number(field) and field.lower() not in MISSING_FIELDS for field in fields):
-        return True
-    if not all(_is_number(field) for field in fields):
-        missing = next(field for field in fields if not _is_number(field))
+    not_numbers = [field for field in fields if not _is_number(field)]
+    if any(field.lower() not in MISSING_FIELDS for field in not_numbers):
+        return True  # text
+    if not_numbers:  # only missing values among the numbers
+        missing = not_numbers[0]
         index = " (pandas' header with its index column: write with index=False)"
         raise ValueError(
             f"{owner}: cannot read {source!r} as comma-separated numbers: line 1 has a "

@@ -283,9 +283,14 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         """``G = k(x, Z)`` and the (scaled) landmarks, both in :meth:`feature_dtype`."""
         self.kernel_spec.validate_input(type(self).__name__, "x", x)
         dtype = self.feature_dtype(upcast(x).dtype)
-        landmarks = self._scale_inputs(upcast(self.landmarks).to(dtype))
+        landmarks = self._scaled_landmarks()
         g = self.kernel_spec.matrix(self._scale_inputs(x.to(dtype)), landmarks, self.gamma)
         return g, landmarks
+
+    def _scaled_landmarks(self) -> Tensor:
+        """The landmarks scaled by the bandwidths (``ard``), in :meth:`feature_dtype`."""
+        landmarks = upcast(self.landmarks)
+        return self._scale_inputs(landmarks.to(self.feature_dtype(landmarks.dtype)))
 
     def feature_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype in which the map evaluates ``G`` and ``G P`` for inputs of ``dtype``.
@@ -313,9 +318,7 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
         Returns:
             Tensor[n, n] (``Tensor[n, rank]`` with truncation): ``P`` in float64.
         """
-        landmarks = upcast(self.landmarks)
-        landmarks = self._scale_inputs(landmarks.to(self.feature_dtype(landmarks.dtype)))
-        k_z = landmark_gram(landmarks, self.kernel_spec, self.gamma, self.jitter)
+        k_z = landmark_gram(self._scaled_landmarks(), self.kernel_spec, self.gamma, self.jitter)
         if self.rank is not None:
             return rank_k_map(k_z, self.rank)
         factor = robust_cholesky(k_z, owner=type(self).__name__)

@@ -24,7 +24,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import Self
 
-from kernel_layers.callbacks.keep_best import KeepBest
+from kernel_layers.callbacks.keep_best import KeepBest, scores_untrained
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.selection.rho import rho_for_epoch
@@ -204,10 +204,9 @@ class KernelModule(LightningModule):
         """``KeepBest`` of ``keep_best``; the untrained map a candidate when the data
         module can score it (a :mod:`kernel_layers.data` module), else with a warning."""
         datamodule = getattr(self._trainer, "datamodule", None)
-        scores_untrained = self._trainer is None or all(  # no trainer: no data to judge yet
-            hasattr(datamodule, loader) for loader in ("train_eval_dataloader", "val_dataloader")
-        )
-        if not scores_untrained and self.trainer.state.fn == TrainerFn.FITTING:
+        # no trainer: no data to judge yet
+        untrained = self._trainer is None or scores_untrained(datamodule)
+        if not untrained and self.trainer.state.fn == TrainerFn.FITTING:
             rank_zero_warn(
                 f"{type(self).__name__}: keep_best={monitor!r} keeps the best trained epoch "
                 "only: the untrained map is a candidate with a kernel_layers data module "
@@ -215,9 +214,7 @@ class KernelModule(LightningModule):
                 f"{type(datamodule).__name__}",
                 category=UserWarning,
             )
-        return KeepBest(
-            monitor, tie_break=self.tie_break(monitor), include_untrained=scores_untrained
-        )
+        return KeepBest(monitor, tie_break=self.tie_break(monitor), include_untrained=untrained)
 
     def tie_break(self, monitor: str) -> str | None:
         """The validation metric (lower is better) that decides between epochs equal on
