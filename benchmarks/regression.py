@@ -343,15 +343,20 @@ def _method_index(name: str) -> int:
     return METHODS.index(name.split("/")[1].split("@")[0])
 
 
+def _joined(tag: str, key: str) -> str:
+    """``tag`` (``@...``) as it follows ``key``: itself after ``DATA/METHOD``, with ``,``
+    for ``@`` after a variant's ``DATA/METHOD@VARIANT``."""
+    return "," + tag.removeprefix("@") if "@" in key else tag
+
+
 def _seed_tag(key: str) -> str:
-    """What joins ``key`` and a seed: ``@seed`` after ``DATA/METHOD``, ``,seed`` after a
-    variant's ``DATA/METHOD@VARIANT``."""
-    return "," + SEED_TAG.removeprefix("@") if "@" in key else SEED_TAG
+    """What joins ``key`` and a seed (``@seed`` or ``,seed``)."""
+    return _joined(SEED_TAG, key)
 
 
 def _mean_tag(key: str) -> str:
-    """What joins ``key`` and the tag of its mean over seeds (as :func:`_seed_tag`)."""
-    return "," + MEAN_TAG.removeprefix("@") if "@" in key else MEAN_TAG
+    """What joins ``key`` and the tag of its mean over seeds."""
+    return _joined(MEAN_TAG, key)
 
 
 def mean_name(key: str) -> str:
