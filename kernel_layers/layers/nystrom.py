@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_dtype,
-    check_int,
     check_matrix,
     check_positive,
 )
@@ -20,7 +19,7 @@ from kernel_layers.layers.ard import Bandwidths
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.kernel_choice import KernelChoice
 from kernel_layers.layers.landmark_init import INITS, select_landmarks
-from kernel_layers.layers.nystrom_rank import EIGEN_RTOL, rank_k_map
+from kernel_layers.layers.nystrom_rank import EIGEN_RTOL, RankTruncation, rank_k_map
 from kernel_layers.layers.projection_cache import ProjectionCache
 from kernel_layers.numerics.linalg import default_jitter, landmark_gram, robust_cholesky
 from kernel_layers.numerics.precision import (
@@ -35,7 +34,7 @@ from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_informati
 __all__ = ["EIGEN_RTOL", "INITS", "NystromLayer", "default_jitter", "landmark_gram", "rank_k_map"]
 
 
-class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
+class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, KernelFeatureMap):
     r"""Nystrom features ``phi(x) = k(x, Z) R^-T`` with learnable landmarks ``Z``.
 
     With ``K_Z = k(Z, Z) + jitter I = R R^T`` (Cholesky, computed in float64), the
@@ -243,28 +242,6 @@ class NystromLayer(KernelChoice, Bandwidths, ProjectionCache, KernelFeatureMap):
                 f"{self.in_features}], got {list(rows.shape)}"
             )
         self.landmarks.copy_(rows[:needed].to(self.landmarks))
-
-    @property
-    def feature_width(self) -> int:
-        """The width of the features: ``rank`` with truncation, else ``out_features``."""
-        return self.out_features if self.rank is None else self.rank
-
-    @property
-    def rank(self) -> int | None:
-        """Rank-k truncation (``None``: the full map of all ``out_features`` landmarks)."""
-        return self._rank
-
-    @rank.setter
-    def rank(self, rank: int | None) -> None:
-        owner = type(self).__name__
-        if rank is not None:
-            rank = check_int(owner, "rank", rank)
-            if rank > self.out_features:
-                raise ValueError(
-                    f"{owner}: argument 'rank' must be None or <= out_features="
-                    f"{self.out_features}, got {rank}"
-                )
-        self._rank = rank
 
     def kernel_matrices(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Cross and landmark kernel matrices, evaluated in :meth:`feature_dtype`.

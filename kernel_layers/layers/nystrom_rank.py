@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["EIGEN_RTOL", "rank_k_map"]
+from kernel_layers._validation import check_int
+
+__all__ = ["EIGEN_RTOL", "RankTruncation", "rank_k_map"]
 
 #: Rank-k truncation treats eigenvalues of ``K_Z`` at most ``n * EIGEN_RTOL * max`` as
 #: zero (NumPy's ``matrix_rank`` tolerance): their columns of the map are 0.
@@ -36,3 +38,33 @@ def rank_k_map(k_z: Tensor, rank: int) -> Tensor:
     keep = values > floor
     safe = torch.where(keep, values, torch.ones_like(values))  # no inf in the backward
     return vectors * torch.where(keep, safe.rsqrt(), torch.zeros_like(values))
+
+
+class RankTruncation:
+    """The ``rank`` setting of a Nystrom map with ``out_features`` landmarks: ``None``
+    for the full map, or ``k <= out_features`` features through :func:`rank_k_map`."""
+
+    out_features: int
+    _rank: int | None
+
+    @property
+    def feature_width(self) -> int:
+        """The width of the features: ``rank`` with truncation, else ``out_features``."""
+        return self.out_features if self.rank is None else self.rank
+
+    @property
+    def rank(self) -> int | None:
+        """Rank-k truncation (``None``: the full map of all ``out_features`` landmarks)."""
+        return self._rank
+
+    @rank.setter
+    def rank(self, rank: int | None) -> None:
+        owner = type(self).__name__
+        if rank is not None:
+            rank = check_int(owner, "rank", rank)
+            if rank > self.out_features:
+                raise ValueError(
+                    f"{owner}: argument 'rank' must be None or <= out_features="
+                    f"{self.out_features}, got {rank}"
+                )
+        self._rank = rank
