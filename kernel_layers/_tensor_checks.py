@@ -14,8 +14,10 @@ from torch import Tensor
 from kernel_layers.numerics.deferred import active_checks
 
 __all__ = [
+    "PARAMETER_DTYPES",
     "check_device",
     "check_dtype",
+    "check_factory",
     "check_features",
     "check_finite",
     "check_float_targets",
@@ -318,6 +320,30 @@ def check_torch_device(owner: str, name: str, value: object) -> torch.device:
             f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
         ) from err
     return device
+
+
+#: The dtypes a layer's parameters may have.
+PARAMETER_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_factory(
+    owner: str, device: object, dtype: object
+) -> tuple[torch.device | None, torch.dtype | None]:
+    """A layer constructor's ``device`` and ``dtype``: each ``None`` (the defaults), or
+    a device this machine has (:func:`check_torch_device`) and a floating ``torch.dtype``.
+
+    Raises:
+        TypeError: ``dtype`` is not a floating ``torch.dtype``, or ``device`` is neither
+            a string nor a ``torch.device``.
+        ValueError: ``device`` names no device this machine has.
+    """
+    if dtype is not None and dtype not in PARAMETER_DTYPES:
+        raise TypeError(
+            f"{owner}: argument 'dtype' must be None or one of torch.float16, "
+            f"torch.bfloat16, torch.float32, torch.float64, got {dtype!r}"
+        )
+    checked = None if device is None else check_torch_device(owner, "device", device)
+    return checked, dtype
 
 
 def check_float_targets(owner: str, name: str, targets: object, num_targets: int) -> Tensor:

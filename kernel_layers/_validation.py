@@ -19,6 +19,7 @@ from typing import NoReturn
 from kernel_layers._tensor_checks import (
     check_device,
     check_dtype,
+    check_factory,
     check_features,
     check_finite,
     check_float_targets,
@@ -33,6 +34,7 @@ __all__ = [
     "check_choice",
     "check_device",
     "check_dtype",
+    "check_factory",
     "check_features",
     "check_finite",
     "check_float_targets",

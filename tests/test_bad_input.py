@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse
 import torch
 
 from kernel_layers import (
@@ -26,21 +27,31 @@ from kernel_layers import (
     FeatureNormalization,
     FourierLayer,
     KernelClassifier,
+    KernelRegressor,
     NystromLayer,
     RidgeHead,
     SmallCNN,
+    available_kernels,
     discriminant_information,
     gamma_heuristic,
+    get_kernel,
     greedy_landmarks,
     kmeans,
     kmeans_plus_plus,
     least_squares_loss,
     nystrom_discriminant_information,
     random_landmarks,
+    register_kernel,
     select_gamma,
 )
 from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
-from kernel_layers.data import DigitsDataModule, TensorDataModule
+from kernel_layers.data import DigitsDataModule, TensorDataModule, default_batch_size
+from kernel_layers.objectives import (
+    di_statistics,
+    encode_targets,
+    merge_statistics,
+    unit_norm_columns,
+)
 
 GEN = torch.Generator().manual_seed(0)
 X = torch.rand(40, 4, generator=GEN)  # a valid [N, D] input, D = 4
@@ -132,6 +143,34 @@ KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
         ("list", [1.0], TypeError),
         ("unknown key", {"bogus": 1.0}, ValueError),
     ],
+    "dtype": [
+        ("int", torch.long, TypeError),
+        ("str", "float64", TypeError),
+        ("complex", torch.complex64, TypeError),
+    ],
+    "device": [("unknown", "gpu", ValueError), ("float", 1.5, TypeError)],
+    "weight [4, 3]": [
+        ("NaN", torch.full((4, 3), NAN), ValueError),
+        ("wrong shape", torch.zeros(4, 2), ValueError),
+        ("float64", torch.zeros(4, 3, dtype=torch.float64), TypeError),
+        ("numpy", np.zeros((4, 3)), TypeError),
+    ],
+    "bias [3]": [
+        ("NaN", torch.full((3,), NAN), ValueError),
+        ("wrong shape", torch.zeros(2), ValueError),
+        ("per row", torch.zeros(40, 3), ValueError),
+        ("list", [0.0] * 3, TypeError),
+    ],
+    "rows": [("no rows", torch.zeros(0, 4), ValueError)],
+    "statistics": [
+        ("int", 3, TypeError),
+        ("other widths", di_statistics(torch.rand(30, 5), torch.rand(30, 3)), ValueError),
+    ],
+    "float matrix [40, 3]": [
+        ("labels", Y, TypeError),
+        ("1-D", torch.rand(40), ValueError),
+        ("other rows", torch.rand(39, 3), ValueError),
+    ],
 }
 
 
@@ -154,8 +193,11 @@ ENTRIES: list[Entry] = [
             "kernel": ["choice"],
             "features": ["choice"],
             "ard": ["bool"],
+            "trainable": ["bool"],
             "seed": ["seed"],
             "kernel_params": ["kernel_params"],
+            "dtype": ["dtype"],
+            "device": ["device"],
         },
     ),
     Entry(
@@ -171,6 +213,9 @@ ENTRIES: list[Entry] = [
             "seed": ["seed"],
             "kernel_params": ["kernel_params"],
             "landmarks": ["input"],
+            "trainable": ["bool"],
+            "dtype": ["dtype"],
+            "device": ["device"],
         },
     ),
     Entry(
@@ -183,7 +228,14 @@ ENTRIES: list[Entry] = [
         "EnsembleNystrom",
         EnsembleNystrom,
         {"in_features": 4, "out_features": 8, "num_maps": 2},
-        {"in_features": ["int>=1"], "gamma": ["positive"], "seed": ["seed"]},
+        {
+            "in_features": ["int>=1"],
+            "gamma": ["positive"],
+            "seed": ["seed"],
+            "trainable": ["bool"],
+            "dtype": ["dtype"],
+            "device": ["device"],
+        },
     ),
     Entry(
         "FastfoodLayer",
@@ -195,6 +247,8 @@ ENTRIES: list[Entry] = [
             "gamma": ["positive"],
             "trainable": ["bool"],
             "seed": ["seed"],
+            "dtype": ["dtype"],
+            "device": ["device"],
         },
     ),
     Entry(
@@ -249,14 +303,50 @@ ENTRIES: list[Entry] = [
             "gamma": ["positive"],
             "rho": ["positive"],
             "jitter": ["positive"],
+            "landmarks": ["rows"],
         },
     ),
     Entry(
         "least_squares_loss",
         least_squares_loss,
         {"features": X, "targets": Y, "weight": torch.zeros(4, 3)},
-        {"features": ["data"], "rho": ["positive"]},
+        {
+            "features": ["data"],
+            "rho": ["positive"],
+            "weight": ["weight [4, 3]"],
+            "bias": ["bias [3]"],
+        },
     ),
+    Entry(
+        "di_statistics",
+        di_statistics,
+        {"features": X, "targets": torch.rand(40, 3)},
+        {"targets": ["float matrix [40, 3]"]},
+    ),
+    Entry(
+        "merge_statistics",
+        merge_statistics,
+        {"a": di_statistics(X, torch.rand(40, 3)), "b": di_statistics(X, torch.rand(40, 3))},
+        {"b": ["statistics"]},
+    ),
+    Entry(
+        "unit_norm_columns",
+        unit_norm_columns,
+        {"targets": torch.rand(40, 3)},
+        {"targets": ["data"]},
+    ),
+    Entry("encode_targets", encode_targets, {"targets": Y, "batch": 40}, {"targets": ["labels"]}),
+    Entry(
+        "default_batch_size", default_batch_size, {"num_features": 10}, {"num_features": ["int>=1"]}
+    ),
+    Entry(
+        "register_kernel",
+        register_kernel,
+        {"kernel": get_kernel("gaussian"), "overwrite": True},
+        {"overwrite": ["bool"]},
+    ),
+    Entry("available_kernels", available_kernels, {}, {"spectral": ["bool"]}),
+    Entry("get_kernel", get_kernel, {"name": "gaussian"}, {"spectral": ["bool"]}),
     Entry(
         "DILoss",
         DILoss,
@@ -277,6 +367,12 @@ ENTRIES: list[Entry] = [
             "init_landmarks": ["bool"],
             "return_scores": ["bool"],
         },
+    ),
+    Entry(
+        "KernelRegressor",
+        KernelRegressor,
+        {"kernel_layer": NystromLayer(4, 6)},
+        {"num_targets": ["int>=1"], "lr": ["positive"], "init_landmarks": ["bool"]},
     ),
     Entry(
         "random_landmarks",
@@ -300,7 +396,14 @@ ENTRIES: list[Entry] = [
         "greedy_landmarks",
         greedy_landmarks,
         {"data": X},
-        {"gamma": ["positive"], "eta": ["positive"], "batch_size": ["int>=1"]},
+        {
+            "data": ["rows"],
+            "gamma": ["positive"],
+            "eta": ["positive"],
+            "batch_size": ["int>=1"],
+            "relative": ["bool"],
+            "return_indices": ["bool"],
+        },
     ),
     Entry("gamma_heuristic", gamma_heuristic, {"x": X}, {}),
     Entry(
@@ -381,6 +484,9 @@ ALLOWED: dict[tuple[str, str, str], Callable[[Any], bool]] = {
     ("DigitsDataModule", "batch_size", "None"): lambda dm: dm.batch_size == 1000,
     ("DigitsDataModule", "num_features", "None"): lambda dm: dm.num_features is None,
     ("DILoss", "num_classes", "None"): lambda loss: loss.num_classes is None,
+    ("default_batch_size", "num_features", "None"): lambda size: size == 1000,
+    # equal huge columns: centred, nothing is left
+    ("unit_norm_columns", "targets", "huge"): lambda out: bool((out == 0).all()),
     # huge features with a zero read-out: the loss is ||Y||^2-sized and exact
     ("least_squares_loss", "features", "huge"): lambda loss: bool(torch.isfinite(loss)),
     # selecting rows computes nothing from their values
@@ -456,6 +562,11 @@ def test_bad_input(
         (lambda: discriminant_information(X, Y, rho=1e30), lambda di: 0 <= float(di) < 1e-20),
         (lambda: discriminant_information(X * 1e-20, Y), lambda di: float(di) < 1e-6),
         (lambda: FourierLayer(4, 8, seed=0)(X[:0]), lambda out: out.shape == (0, 8)),
+        (lambda: FastfoodLayer(4, 8, seed=0)(X[:0]), lambda out: out.shape == (0, 8)),
+        (
+            lambda: FastfoodLayer(4, 8, seed=0)(X[:0].expand(3, 0, 4)),
+            lambda out: out.shape == (3, 0, 8),
+        ),
         (
             lambda: NystromLayer(4, 6, seed=0)(X.double().float()[:1]),
             lambda out: out.shape == (1, 6),
@@ -484,6 +595,23 @@ def test_every_case_names_a_real_argument() -> None:
 
             params |= set(inspect.signature(ArrayDataModule).parameters)
         assert set(entry.kinds) <= params, (entry.name, set(entry.kinds) - params)
+
+
+def test_labels_without_rows_are_named() -> None:
+    with pytest.raises(ValueError, match=r"argument 'targets' must hold at least one label"):
+        encode_targets(Y[:0], 0)
+
+
+def test_ridge_head_shapes_are_named() -> None:
+    head = RidgeHead(4, 3)
+    with pytest.raises(ValueError, match=r"RidgeHead: argument 'targets' must have one row per"):
+        head.update(X, Y[:39])
+    head.update(X, Y)
+    head.fit()
+    with pytest.raises(
+        ValueError, match=r"RidgeHead: argument 'features' must have shape \[B, 4\]"
+    ):
+        head(torch.rand(3, 5))
 
 
 # ---------------------------------------------------------------- data arguments and files
@@ -515,6 +643,7 @@ DATA_CASES = [
     ({"x_test": np.full((10, 4), "0.5")}, TypeError, "x_test"),
     ({"x_train": torch.zeros(30, 4, device="meta")}, ValueError, "x_train"),
     ({"x_train": torch.zeros(30, 4).to_sparse()}, ValueError, "x_train"),
+    ({"x_test": scipy.sparse.csr_matrix(np.zeros((10, 4)))}, ValueError, "x_test"),
     ({"x_train": torch.zeros(30, 4, dtype=torch.complex128)}, TypeError, "x_train"),
     ({"y_train": np.array(["a", "b", "c"] * 10)}, TypeError, "y_train"),
     ({"y_test": np.array(["a"] * 10, dtype=object)}, TypeError, "y_test"),

@@ -769,3 +769,46 @@ def test_ddp_training_loader_keeps_the_data_modules_shuffle(shuffle: bool) -> No
     else:
         assert orders[0] != sorted(orders[0])
     assert sorted(orders[0] + orders[1]) == list(range(32))  # each row on one rank once
+
+
+def test_a_distributed_training_loader_resumes_mid_epoch() -> None:
+    """Under DDP a fit killed mid-epoch resumes with the batches it had not trained on:
+    rank 1's share of DistributedSampler's order, after the consumed batches."""
+    from torch.utils.data import DistributedSampler
+
+    from kernel_layers.data.loaders import BatchedTensorDataset, make_loader
+    from kernel_layers.data.sampling import ResumableLoader
+
+    data = BatchedTensorDataset(torch.arange(40.0)[:, None], torch.arange(40))
+
+    def loader() -> ResumableLoader:
+        made = make_loader(
+            data,
+            batch_size=4,
+            train=True,
+            num_workers=0,
+            pin_memory=False,
+            seed=3,
+            shuffle=True,
+            drop_last=True,
+            world_size=2,
+            rank=1,
+        )
+        assert isinstance(made, ResumableLoader)
+        made.sampler.set_epoch(2)  # type: ignore[attr-defined]
+        return made
+
+    full = loader()
+    assert isinstance(full.sampler, DistributedSampler)  # Lightning keeps it
+    batches = [batch[1].tolist() for batch in full]
+    reference = DistributedSampler(data, num_replicas=2, rank=1, shuffle=True, seed=3)
+    reference.set_epoch(2)
+    assert [row for batch in batches for row in batch] == list(reference)  # 5 full batches
+    interrupted = loader()
+    rows = iter(interrupted)
+    next(rows), next(rows)
+    state = interrupted.state_dict()
+    assert state == {"epoch": 2, "batches": 2}
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [batch[1].tolist() for batch in resumed] == batches[2:]

@@ -21,6 +21,7 @@ from kernel_layers import (
     discriminant_information,
     nystrom_discriminant_information,
 )
+from kernel_layers.objectives import unit_norm_columns
 
 WORLD = 2
 
@@ -37,6 +38,11 @@ def _data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     labels = torch.randint(0, 4, (48,), generator=g)
     z = torch.rand(7, 5, generator=g, dtype=torch.float64)
     return x, labels, z
+
+
+def _float_targets(x: torch.Tensor) -> torch.Tensor:
+    """Two regression targets of ``x (Tensor[N, 5])`` far from zero mean, ``[N, 2]``."""
+    return torch.stack([100.0 + 10.0 * x[:, 0] - x[:, 1] ** 2, 3.0 * x[:, 2] * x[:, 3]], dim=1)
 
 
 def _worker(rank: int, port: int, out: str, device: str) -> None:
@@ -60,6 +66,9 @@ def _worker(rank: int, port: int, out: str, device: str) -> None:
             x32, labels[rows], z32, gamma=0.8, num_classes=4, sync_dist=True
         )
         nys32.backward()
+        # float targets (KernelRegressor): centred and scaled by the global batch
+        targets = unit_norm_columns(_float_targets(x)[rows], sync_dist=True)
+        reg = discriminant_information(x[rows] * 3.0, targets, sync_dist=True)
         torch.save(
             {
                 "di": di.detach(),
@@ -70,6 +79,8 @@ def _worker(rank: int, port: int, out: str, device: str) -> None:
                 "nys32": nys32.detach(),
                 "gx32": x32.grad,
                 "gz32": z32.grad,
+                "targets": targets,
+                "reg": reg,
             },
             Path(out) / f"rank{rank}.pt",
         )
@@ -130,6 +141,21 @@ def test_float32_nysdi_on_narrow_inputs_matches_single_process(two_process_resul
         )
     total = sum(res["gz32"] for res in two_process_results)
     torch.testing.assert_close(total, zs.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_regression_targets_and_di_match_single_process(two_process_results) -> None:
+    # each process centres and scales its shard by the global batch's means and norms
+    x, _, _ = _data()
+    raw = _float_targets(x)
+    centred = raw - raw.mean(0)
+    scaled = centred / centred.norm(dim=0)  # float64 reference
+    want = discriminant_information(x * 3.0, scaled)
+    for rank, res in enumerate(two_process_results):
+        torch.testing.assert_close(
+            res["targets"].cpu(), scaled[rank * 24 : (rank + 1) * 24], rtol=1e-12, atol=1e-14
+        )
+        torch.testing.assert_close(res["reg"].cpu(), want, rtol=1e-12, atol=0)
+    assert 0.0 < float(want) <= 2.0  # a sum of two ridge R^2
 
 
 def test_sync_dist_without_process_group_is_local() -> None:

@@ -212,6 +212,11 @@ def test_nystrom_eval_cache_follows_changed_landmarks(device: torch.device) -> N
         reloaded = layer(x)
         expected = rebuilt(layer).train()(x)
     torch.testing.assert_close(reloaded, expected, atol=1e-5, rtol=0)
+    with torch.no_grad():  # an edit through .data changes no version counter
+        layer.landmarks.data.copy_(torch.rand(10, 6, generator=torch.Generator().manual_seed(1)))
+        edited = layer(x)
+        expected = rebuilt(layer).train()(x)
+    torch.testing.assert_close(edited, expected, atol=1e-5, rtol=0)
 
 
 def test_nystrom_eval_mode_with_grad_still_differentiates_the_landmarks() -> None:

@@ -445,3 +445,21 @@ def test_the_untrained_map_has_a_tie_value_for_val_mse_only(
     keep = KeepBest("val/acc", verbose=False, tie_break="val/di")
     make_trainer(callbacks=[keep], max_epochs=1).fit(model, _data())
     assert keep.best_epoch == -1 and keep.best_tie is None
+
+
+def test_val_di_judges_the_global_batch_against_the_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Under DDP a validation shard of 20 rows is half of a 40-row global batch: DI can
+    # use it with J = 24 (40 > 24), though 20 <= 24; a global batch of 24 it cannot.
+    from kernel_layers.training.di_epoch import log_validation_di
+
+    model = KernelClassifier(FourierLayer(8, 24, seed=0), num_classes=3)
+    monkeypatch.setattr(KernelClassifier, "_world_size", property(lambda self: 2))
+    seen: list[int] = []
+    monkeypatch.setattr(model, "_di", lambda h, y: seen.append(len(h)) or torch.tensor(1.0))
+    monkeypatch.setattr(model, "log", lambda *args, **kwargs: None)
+    x, y = torch.rand(20, 8), torch.arange(20) % 3
+    log_validation_di(model, (x, y))
+    log_validation_di(model, (x[:12], y[:12]))
+    assert seen == [20]

@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
-from kernel_layers.data.sampling import ResumableLoader
+from kernel_layers._validation import check_int
+from kernel_layers.data.sampling import ResumableDistributedSampler, ResumableLoader
 
 __all__ = [
     "BATCH_PER_FEATURE",
@@ -36,6 +37,7 @@ def default_batch_size(num_features: int | None) -> int:
     """
     if num_features is None:
         return DEFAULT_BATCH_SIZE
+    num_features = check_int("default_batch_size", "num_features", num_features)
     return max(DEFAULT_BATCH_SIZE, BATCH_PER_FEATURE * num_features)
 
 
@@ -86,11 +88,14 @@ def make_loader(
         rank: this process's global rank.
 
     Returns:
-        DataLoader: a :class:`ResumableLoader` for training in a single process; for
-        distributed training a ``DataLoader`` over this rank's
-        :class:`~torch.utils.data.DistributedSampler` with ``shuffle`` and ``seed`` as
-        given (Lightning keeps a loader's own ``DistributedSampler``, where it would put a
-        shuffling one in place of any other sampler); a plain ``DataLoader`` else.
+        DataLoader: for training a :class:`ResumableLoader` (a killed fit resumes with
+        the same batches): in a single process over an
+        :class:`~kernel_layers.data.sampling.EpochSeededSampler`, under several processes
+        over this rank's
+        :class:`~kernel_layers.data.sampling.ResumableDistributedSampler` with
+        ``shuffle`` and ``seed`` as given (Lightning keeps a loader's own
+        ``DistributedSampler``, where it would put a shuffling one in place of any other
+        sampler); a plain ``DataLoader`` for evaluation.
     """
     options: dict[str, Any] = {
         "num_workers": num_workers,
@@ -100,11 +105,16 @@ def make_loader(
     }
     if train and world_size > 1:
         # Lightning's own distributed sampler would always shuffle (shuffle=False lost).
-        sampler: DistributedSampler[int] = DistributedSampler(
+        sampler = ResumableDistributedSampler(
             dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed
         )
-        return DataLoader(
-            dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **options
+        return ResumableLoader(
+            dataset,
+            batch_size=batch_size,
+            seed=seed,
+            sampler=sampler,
+            drop_last=drop_last,
+            **options,
         )
     if train:
         # Seeded per epoch and stateful: a fit killed mid-epoch resumes on exactly the

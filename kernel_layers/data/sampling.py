@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-__all__ = ["EpochSeededSampler", "ResumableLoader"]
+__all__ = ["EpochSeededSampler", "ResumableDistributedSampler", "ResumableLoader"]
 
 
 class EpochSeededSampler(Sampler[int]):
@@ -46,6 +46,32 @@ class EpochSeededSampler(Sampler[int]):
         return iter(order[start:].tolist())
 
 
+class ResumableDistributedSampler(DistributedSampler[int]):
+    """This process's share of ``DistributedSampler``'s order (drawn from ``seed + epoch``
+    whatever the global random state), optionally skipping a prefix: the distributed
+    counterpart of :class:`EpochSeededSampler`. Lightning keeps a loader's own
+    ``DistributedSampler`` and calls :meth:`set_epoch` every epoch.
+
+    Args:
+        dataset: a map-style dataset.
+        num_replicas: the number of processes.
+        rank: this process's rank.
+        shuffle: draw a permutation per epoch (else the rows in order).
+        seed: base seed of the permutations (the same on every process).
+    """
+
+    def __init__(
+        self, dataset: Dataset, *, num_replicas: int, rank: int, shuffle: bool, seed: int
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.start = 0
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(super().__iter__())
+        start, self.start = self.start, 0
+        return iter(order[start:])
+
+
 class ResumableLoader(DataLoader):
     """A ``DataLoader`` with ``state_dict`` / ``load_state_dict`` (Lightning saves them).
 
@@ -58,14 +84,25 @@ class ResumableLoader(DataLoader):
         batch_size: rows per batch.
         seed: base seed of the per-epoch permutations.
         shuffle: shuffle every epoch.
+        sampler: a :class:`ResumableDistributedSampler` for one process of several;
+            ``None``: an :class:`EpochSeededSampler` of ``seed`` and ``shuffle``.
         **kwargs: other ``DataLoader`` arguments (``drop_last``, ``num_workers``, ...).
     """
 
     def __init__(
-        self, dataset: Dataset, *, batch_size: int, seed: int, shuffle: bool = True, **kwargs: Any
+        self,
+        dataset: Dataset,
+        *,
+        batch_size: int,
+        seed: int,
+        shuffle: bool = True,
+        sampler: ResumableDistributedSampler | None = None,
+        **kwargs: Any,
     ) -> None:
-        # Dataset declares no __len__ in its stub; map-style datasets have one.
-        sampler = EpochSeededSampler(len(dataset), seed, shuffle=shuffle)  # type: ignore[arg-type]
+        if sampler is None:
+            # Dataset declares no __len__ in its stub; map-style datasets have one.
+            size = len(dataset)  # type: ignore[arg-type]
+            sampler = EpochSeededSampler(size, seed, shuffle=shuffle)  # type: ignore[assignment]
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self._yielded = 0
         self._skip = 0
@@ -77,7 +114,7 @@ class ResumableLoader(DataLoader):
 
     def _batches(self) -> Iterator[Any]:
         skip, self._skip = self._skip, 0
-        assert isinstance(self.sampler, EpochSeededSampler) and self.batch_size is not None
+        assert isinstance(self.sampler, _RESUMABLE) and self.batch_size is not None
         self.sampler.start = skip * self.batch_size
         self._yielded = skip
         for batch in super().__iter__():
@@ -86,11 +123,15 @@ class ResumableLoader(DataLoader):
 
     def state_dict(self) -> dict[str, int]:
         """The epoch and the number of batches yielded in it."""
-        assert isinstance(self.sampler, EpochSeededSampler)
+        assert isinstance(self.sampler, _RESUMABLE)
         return {"epoch": self.sampler.epoch, "batches": self._yielded}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume the epoch ``state`` describes, after its consumed batches."""
-        assert isinstance(self.sampler, EpochSeededSampler)
+        assert isinstance(self.sampler, _RESUMABLE)
         self.sampler.set_epoch(int(state["epoch"]))
         self._skip = int(state["batches"]) % max(len(self), 1)
+
+
+#: The samplers a :class:`ResumableLoader` can resume mid-epoch.
+_RESUMABLE = (EpochSeededSampler, ResumableDistributedSampler)

@@ -130,6 +130,11 @@ class TensorDataModule(ArrayDataModule):
             if value.dtype == torch.bfloat16:  # NumPy has no bfloat16
                 value = value.float()
             return value.numpy()
+        if hasattr(value, "toarray"):  # a SciPy sparse matrix or array
+            raise ValueError(
+                f"{self._name}: argument {name!r} must be a dense array, got "
+                f"{type(value).__name__} (call .toarray())"
+            )
         return np.asarray(value)
 
     def _infer_classes(self, y_train: np.ndarray, y_test: np.ndarray) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from kernel_layers._validation import check_int, check_nonnegative, check_real
+from kernel_layers._validation import check_bool, check_int, check_nonnegative, check_real
 from kernel_layers.kernels import spectral
 from kernel_layers.kernels.functions import (
     DEFAULT_COEF0,
@@ -234,6 +234,7 @@ def register_kernel(kernel: Kernel, *, overwrite: bool = False) -> Kernel:
     Raises:
         ValueError: the name is taken and ``overwrite`` is false.
     """
+    overwrite = check_bool("register_kernel", "overwrite", overwrite)
     if kernel.name in _REGISTRY and not overwrite:
         raise ValueError(
             f"register_kernel: argument 'kernel' must have a new name, "
@@ -261,6 +262,7 @@ def registered_name(owner: str, name: str) -> str:
 
 def available_kernels(*, spectral: bool = False) -> list[str]:
     """Names of the registered kernels (only those with a spectral law if ``spectral``)."""
+    check_bool("available_kernels", "spectral", spectral)
     return sorted(k for k, v in _REGISTRY.items() if v.has_spectrum or not spectral)
 
 
@@ -283,6 +285,7 @@ def get_kernel(
         ValueError: unknown name, or no spectral law when one is required; the message
             lists the valid options.
     """
+    check_bool(owner, "spectral", spectral)
     if isinstance(name, Kernel):
         kernel: Kernel | None = name
     elif isinstance(name, str):

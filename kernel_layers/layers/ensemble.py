@@ -10,7 +10,14 @@ import torch
 from torch import Tensor, nn
 
 from kernel_layers._random import make_generator
-from kernel_layers._validation import check_features, check_int, check_matrix, check_positive
+from kernel_layers._validation import (
+    check_bool,
+    check_factory,
+    check_features,
+    check_int,
+    check_matrix,
+    check_positive,
+)
 from kernel_layers.kernels import Kernel
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.kernel_choice import KernelChoice
@@ -103,6 +110,8 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
     ) -> None:
         owner = type(self).__name__
         check_int(owner, "in_features", in_features)
+        device, dtype = check_factory(owner, device, dtype)
+        check_bool(owner, "trainable", trainable)
         sizes = _check_sizes(owner, out_features, num_maps)
         super().__init__(in_features, sum(sizes))
         self.sizes = sizes

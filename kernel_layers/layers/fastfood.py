@@ -26,6 +26,7 @@ from kernel_layers._random import make_generator
 from kernel_layers._validation import (
     check_bool,
     check_dtype,
+    check_factory,
     check_positive,
 )
 from kernel_layers.kernels import gaussian_kernel
@@ -101,6 +102,7 @@ class FastfoodLayer(KernelFeatureMap):
     ) -> None:
         super().__init__(in_features, out_features)
         owner = type(self).__name__
+        device, dtype = check_factory(owner, device, dtype)
         self.gamma = check_positive(owner, "gamma", gamma)
         self.trainable = check_bool(owner, "trainable", trainable)
         self.padded = 1 << (self.in_features - 1).bit_length()  # d' = a power of two
@@ -140,7 +142,8 @@ class FastfoodLayer(KernelFeatureMap):
         z = hadamard_transform(padded[:, None, :] * self.signs)  # [B, K, d']
         index = self.permutation.expand(z.shape[0], -1, -1)
         z = hadamard_transform(torch.gather(z, 2, index) * self.gaussian)
-        return (z * self.log_scale.exp()).reshape(x.shape[0], -1)[:, : self.out_features]
+        blocks = (z * self.log_scale.exp()).reshape(x.shape[0], z.shape[1] * z.shape[2])
+        return blocks[:, : self.out_features]
 
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., d])`` to ``Tensor[..., J]`` features (autocast off)."""

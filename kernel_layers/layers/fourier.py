@@ -14,6 +14,7 @@ from kernel_layers._validation import (
     check_bool,
     check_choice,
     check_dtype,
+    check_factory,
 )
 from kernel_layers.kernels import Kernel, spectral_quantiles
 from kernel_layers.layers.ard import Bandwidths
@@ -192,6 +193,7 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
     ) -> None:
         super().__init__(in_features, out_features)
         owner = type(self).__name__
+        device, dtype = check_factory(owner, device, dtype)
         spec = self._set_kernel(kernel, gamma, kernel_params, spectral=True)
         check_choice(owner, "features", features, FEATURE_MAPS)
         if features == "cossin" and self.out_features % 2:
@@ -200,7 +202,7 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
                 f"(cos/sin pairs), got {self.out_features}"
             )
         self.features = features
-        self.trainable = bool(trainable)
+        self.trainable = check_bool(owner, "trainable", trainable)
         self._check_ard(ard, blocks)
         self.separable = check_bool(owner, "separable", separable)
         if separable and (self.blocks is None or features != "cos"):

@@ -10,7 +10,9 @@ from torch import Tensor, nn
 
 from kernel_layers._random import make_generator
 from kernel_layers._validation import (
+    check_bool,
     check_dtype,
+    check_factory,
     check_matrix,
     check_positive,
 )
@@ -122,6 +124,8 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
     ) -> None:
         super().__init__(in_features, out_features)
         owner = type(self).__name__
+        device, dtype = check_factory(owner, device, dtype)
+        trainable = check_bool(owner, "trainable", trainable)
         spec = self._set_kernel(kernel, gamma, kernel_params)
         self._check_ard(ard, blocks)
         if self.ard and spec.check_input is not None:
@@ -303,10 +307,7 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         return torch.linalg.solve_triangular(factor, eye, upper=False).mT
 
     def _cache_key(self) -> tuple[object, ...]:
-        z, bandwidth = self.landmarks, self.log_bandwidth
-        scales = None if bandwidth is None else (bandwidth._version, bandwidth.data_ptr())
-        key = (z._version, z.data_ptr(), z.dtype, z.device, self.rank, self.gamma, self.jitter)
-        return (*key, scales)
+        return (self.landmarks, self.log_bandwidth, self.rank, self.gamma, self.jitter)
 
     def _cache_source(self) -> Tensor:
         return self.landmarks

@@ -38,7 +38,9 @@ class ProjectionCache(nn.Module):
         raise NotImplementedError
 
     def _cache_key(self) -> tuple[object, ...]:
-        """What :meth:`projection` depends on; a new key invalidates the entry."""
+        """What :meth:`projection` depends on; a new key invalidates the entry. Tensors
+        in it are compared by value (an edit through ``.data`` changes no version
+        counter), the rest by ``==``."""
         raise NotImplementedError
 
     def _cache_source(self) -> Tensor:
@@ -53,9 +55,11 @@ class ProjectionCache(nn.Module):
                 self._projection = self.projection()
             return self._projection
         key = self._cache_key()
-        if self._projection is None or key != self._projection_key:
+        if self._projection is None or not _same_key(key, self._projection_key):
             self._projection = self.projection()
-            self._projection_key = key
+            self._projection_key = tuple(
+                item.detach().clone() if isinstance(item, Tensor) else item for item in key
+            )
         return self._projection
 
     def train(self: _Self, mode: bool = True) -> _Self:
@@ -75,3 +79,21 @@ class ProjectionCache(nn.Module):
             return False
         grads = torch.is_grad_enabled() and self._cache_source().requires_grad
         return not self.training and not grads
+
+
+def _same_key(key: tuple[object, ...], cached: tuple[object, ...] | None) -> bool:
+    """Whether ``key`` equals the ``cached`` one: tensors by dtype, device, shape and
+    values (``torch.equal``), anything else by ``==``."""
+    if cached is None or len(key) != len(cached):
+        return False
+    for item, old in zip(key, cached, strict=True):
+        if isinstance(item, Tensor) or isinstance(old, Tensor):
+            if not (isinstance(item, Tensor) and isinstance(old, Tensor)):
+                return False
+            if (item.dtype, item.device) != (old.dtype, old.device):
+                return False
+            if not torch.equal(item.detach(), old):
+                return False
+        elif item != old:
+            return False
+    return True

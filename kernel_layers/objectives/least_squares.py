@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kernel_layers._validation import check_matrix
+from kernel_layers._validation import check_finite, check_matrix
 from kernel_layers.objectives.di import DEFAULT_RHO, check_rho
 from kernel_layers.objectives.statistics import unit_column_scale
 from kernel_layers.objectives.targets import encode_targets
@@ -46,12 +46,30 @@ def least_squares_loss(
     y = y.to(features.dtype)
     if scale_columns:
         y = y * unit_column_scale(y.sum(0))
-    if weight.shape != (features.shape[1], y.shape[1]):
-        raise ValueError(
-            f"{owner}: argument 'weight' must have shape [{features.shape[1]}, {y.shape[1]}], "
-            f"got {list(weight.shape)}"
-        )
+    expected = {"weight": (features.shape[1], y.shape[1]), "bias": (y.shape[1],)}
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            _check_parameter(owner, name, value, expected[name], features)
     residual = y - features @ weight
     if bias is not None:
         residual = residual - bias
     return (residual * residual).sum() + rho * (weight * weight).sum()
+
+
+def _check_parameter(
+    owner: str, name: str, value: object, shape: tuple[int, ...], features: Tensor
+) -> None:
+    """Raise unless ``value`` is a finite tensor of ``shape`` with ``features``' dtype
+    and device."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{owner}: argument '{name}' must be a torch.Tensor, got {value!r}")
+    if value.shape != shape:
+        raise ValueError(
+            f"{owner}: argument '{name}' must have shape {list(shape)}, got {list(value.shape)}"
+        )
+    if value.dtype != features.dtype or value.device != features.device:
+        raise TypeError(
+            f"{owner}: argument '{name}' must have the features' dtype and device "
+            f"({features.dtype}, {features.device}), got ({value.dtype}, {value.device})"
+        )
+    check_finite(owner, name, value)

@@ -249,7 +249,22 @@ def di_statistics(features: Tensor, targets: Tensor) -> DIStatistics:
 
     Returns:
         DIStatistics: in the features' dtype.
+
+    Raises:
+        TypeError: ``features`` or ``targets`` is not a floating tensor.
+        ValueError: they are not ``[B, J]`` and ``[B, L]`` with the same ``B``.
     """
+    for name, value in (("features", features), ("targets", targets)):
+        if not isinstance(value, Tensor) or not value.is_floating_point():
+            raise TypeError(
+                f"di_statistics: argument '{name}' must be a floating torch.Tensor, got "
+                f"{getattr(value, 'dtype', type(value).__name__)} (one-hot encode labels first)"
+            )
+    if features.ndim != 2 or targets.ndim != 2 or features.shape[0] != targets.shape[0]:
+        raise ValueError(
+            "di_statistics: arguments 'features' and 'targets' must have shapes [B, J] and "
+            f"[B, L], got {list(features.shape)} and {list(targets.shape)}"
+        )
     targets = targets.to(features.dtype)
     width = features.shape[1]
     sums = moment_sums(features, targets)
@@ -271,7 +286,22 @@ def merge_statistics(a: DIStatistics, b: DIStatistics) -> DIStatistics:
     """Statistics of the union of two batches (Chan, Golub and LeVeque's update).
 
     Exact in exact arithmetic and free of the ``S - s s^T / n`` cancellation.
+
+    Raises:
+        TypeError: ``a`` or ``b`` is not a :class:`DIStatistics`.
+        ValueError: their feature or target widths differ.
     """
+    for name, value in (("a", a), ("b", b)):
+        if not isinstance(value, DIStatistics):
+            raise TypeError(
+                f"merge_statistics: argument '{name}' must be a DIStatistics, got "
+                f"{type(value).__name__}"
+            )
+    if a.cross.shape != b.cross.shape:
+        raise ValueError(
+            "merge_statistics: arguments 'a' and 'b' must have the same widths [J, L], got "
+            f"{list(a.cross.shape)} and {list(b.cross.shape)}"
+        )
     n = a.rows + b.rows
     w = a.rows * b.rows / n
     dm, dy = b.mean - a.mean, b.target_mean - a.target_mean

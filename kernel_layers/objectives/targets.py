@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernel_layers._validation import check_finite, check_int
+from kernel_layers._validation import check_finite, check_int, check_matrix
 from kernel_layers.numerics.deferred import active_checks
+from kernel_layers.objectives.statistics import Sync
 
 __all__ = ["encode_targets", "unit_norm_columns"]
 
@@ -59,6 +60,8 @@ def encode_targets(
             f"{owner}: argument 'targets' must be integer labels of shape [B], "
             f"got shape {list(targets.shape)}"
         )
+    if targets.numel() == 0:
+        raise ValueError(f"{owner}: argument 'targets' must hold at least one label, got none")
     checks = active_checks()
     if checks is not None and num_classes is not None:  # recorded, read later
         num_classes = check_int(owner, "num_classes", num_classes)
@@ -87,21 +90,38 @@ def encode_targets(
     return onehot, True
 
 
-def unit_norm_columns(targets: Tensor) -> Tensor:
+def unit_norm_columns(targets: Tensor, *, sync_dist: bool = False) -> Tensor:
     """Centre each column of a float target matrix and scale it to unit norm.
 
     With such targets ``DI = sum_l (1 - MRLSE_l / ||y_l,c||^2)``: the sum over the
     targets of the batch's ridge ``R^2``, at most ``L`` (as one-hot columns scaled to
     unit norm bound a classifier's DI by ``L - 1``), whatever the targets' units. A
-    constant column becomes zeros (it carries no information).
+    constant column becomes zeros (it carries no information). The means and norms are
+    computed in float64.
 
     Args:
         targets (Tensor[B, L]): float targets.
+        sync_dist: under ``torch.distributed``, centre and scale by the means and norms
+            of the global batch (every process's rows), as DI with ``sync_dist`` treats
+            the global batch as one.
 
     Returns:
         Tensor[B, L]: ``Y_c`` with unit-norm columns (zero columns kept at zero).
+
+    Raises:
+        TypeError: ``targets`` is not a floating tensor.
+        ValueError: ``targets`` is not 2-D, or holds NaN/Inf.
     """
-    centred = targets - targets.mean(0, keepdim=True)
-    norms = torch.linalg.vector_norm(centred, dim=0, keepdim=True)
+    check_matrix("unit_norm_columns", "targets", targets)
+    sync = Sync.create(sync_dist, None)
+    wide = targets.double()  # a float32 column's sum or norm could overflow
+    sums = torch.cat([wide.new_full((1,), wide.shape[0]), wide.sum(0)])
+    if sync is not None:
+        sync.all_reduce(sums)
+    centred = wide - sums[1:] / sums[0].clamp_min(1.0)
+    squares = (centred * centred).sum(0)
+    if sync is not None:
+        sync.all_reduce(squares)
+    norms = squares.sqrt()
     tiny = torch.finfo(centred.dtype).tiny
-    return centred / norms.clamp_min(tiny) * (norms > 0)
+    return (centred / norms.clamp_min(tiny) * (norms > 0)).to(targets.dtype)

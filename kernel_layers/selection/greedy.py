@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 from torch import Tensor
 
-from kernel_layers._validation import check_int, check_matrix, check_positive
+from kernel_layers._validation import check_bool, check_int, check_matrix, check_positive
 from kernel_layers.kernels import Kernel, get_kernel
 from kernel_layers.numerics.precision import DISTANCE_OVERFLOW, data_limit
 
@@ -188,6 +188,8 @@ def greedy_landmarks(
     spec = get_kernel(kernel, owner=owner).bind(kernel_params, owner=owner)
     gamma = check_positive(owner, "gamma", gamma)
     eta = check_positive(owner, "eta", eta)
+    relative = check_bool(owner, "relative", relative)
+    return_indices = check_bool(owner, "return_indices", return_indices)
     if max_landmarks is not None:
         max_landmarks = check_int(owner, "max_landmarks", max_landmarks)
     batch_size = check_int(owner, "batch_size", batch_size)
@@ -208,6 +210,8 @@ def greedy_landmarks(
             check_matrix(
                 owner, "data", batch, width=width, max_abs=data_limit(batch), why=DISTANCE_OVERFLOW
             )
+            if batch.shape[0] == 0:
+                continue  # an empty batch offers no row
             if state is None:
                 width, dtype, device = batch.shape[1], batch.dtype, batch.device
                 capacity = max_landmarks or DEFAULT_GREEDY_BATCH
@@ -222,7 +226,7 @@ def greedy_landmarks(
             if max_landmarks is not None and state.size >= max_landmarks:
                 break
     if state is None:
-        raise ValueError(f"{owner}: argument 'data' must hold at least one batch, got none")
+        raise ValueError(f"{owner}: argument 'data' must hold at least one row, got none")
     assert width is not None  # set by the first batch, which exists (state is not None)
     landmarks = torch.cat(rows) if rows else torch.empty(0, width, dtype=dtype, device=device)
     if return_indices:

@@ -59,9 +59,11 @@ def add_batch(model: KernelModule, di: Tensor, rows: int) -> None:
 def log_validation_di(model: KernelModule, batch: Any) -> None:
     """Log ``val/di``: the DI of a validation batch, as the map computes it for training,
     averaged over the epoch's batches weighted by their rows. A batch not larger than the
-    feature width is left out (its DI sits at its ceiling whatever the map)."""
+    feature width is left out (its DI sits at its ceiling whatever the map); under DDP
+    the global batch is (every process's shard, of equal size under the distributed
+    sampler), so that every process takes the same branch."""
     x, y = batch[0], batch[1]
-    if len(x) <= model.num_features:
+    if len(x) * model._world_size <= model.num_features:
         return
     di = model._di(model.embed(x), y)
     model.log("val/di", di, on_step=False, on_epoch=True, batch_size=len(x))

@@ -139,7 +139,13 @@ class RidgeHead(nn.Module):
             ValueError: a label outside ``[0, L)``, or features of the wrong shape or
                 non-finite.
         """
-        check_matrix(type(self).__name__, "features", features, width=self.in_features)
+        owner = type(self).__name__
+        check_matrix(owner, "features", features, width=self.in_features)
+        if not isinstance(targets, Tensor) or targets.shape[:1] != features.shape[:1]:
+            raise ValueError(
+                f"{owner}: argument 'targets' must have one row per feature row "
+                f"({features.shape[0]}), got {getattr(targets, 'shape', type(targets).__name__)}"
+            )
         if targets.is_floating_point() and targets.ndim == 2:
             y = check_matrix(type(self).__name__, "targets", targets, width=self.num_outputs)
         else:
@@ -182,7 +188,16 @@ class RidgeHead(nn.Module):
         self.fitted.fill_(True)
 
     def forward(self, features: Tensor) -> Tensor:
-        """Scores ``features @ W + b``."""
+        """Scores ``features @ W + b``: ``Tensor[B, J] -> Tensor[B, L]``.
+
+        Raises:
+            ValueError: ``features`` is not ``[B, J]``.
+        """
+        if features.ndim != 2 or features.shape[1] != self.in_features:
+            raise ValueError(
+                f"{type(self).__name__}: argument 'features' must have shape "
+                f"[B, {self.in_features}], got {list(features.shape)}"
+            )
         return torch.addmm(self.bias.to(features.dtype), features, self.weight.to(features.dtype))
 
     def extra_repr(self) -> str:

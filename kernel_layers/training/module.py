@@ -174,7 +174,7 @@ class KernelClassifier(KernelModule):
         )
         preflight.check_scalars(
             owner,
-            num_classes=num_classes,
+            outputs=("num_classes", num_classes),
             positive={"lr": lr},
             optional_positive={"backbone_lr": backbone_lr, "rho": rho, "head_rho": head_rho},
             flags={"init_landmarks": init_landmarks, "return_scores": return_scores},

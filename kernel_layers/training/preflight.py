@@ -229,25 +229,22 @@ def check_arguments(
 def check_scalars(
     owner: str,
     *,
-    num_classes: object = None,
-    num_targets: object = None,
+    outputs: tuple[str, object],
     positive: dict[str, object],
     optional_positive: dict[str, object],
     flags: dict[str, object],
     approximation_rows: object,
 ) -> None:
-    """The one-value argument checks of the kernel modules: ``num_classes >= 2`` (a
-    classifier) or ``num_targets >= 1`` (a regressor; ``num_classes`` ``None``), each of
+    """The one-value argument checks of the kernel modules: ``outputs``, the name and
+    value of ``num_classes >= 2`` (a classifier) or ``num_targets >= 1`` (a regressor), each of
     ``positive`` (and each of ``optional_positive`` but ``None``) a finite number > 0,
     each of ``flags`` a bool, ``approximation_rows >= 0``.
 
     Raises:
         TypeError | ValueError: naming the argument, the expectation and the value.
     """
-    if num_classes is None and num_targets is not None:
-        check_int(owner, "num_targets", num_targets, minimum=1)
-    else:
-        check_int(owner, "num_classes", num_classes, minimum=2)
+    name, value = outputs
+    check_int(owner, name, value, minimum=2 if name == "num_classes" else 1)
     for name, value in positive.items():
         check_positive(owner, name, value)
     for name, value in optional_positive.items():

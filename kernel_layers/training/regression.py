@@ -55,7 +55,7 @@ class KernelRegressor(KernelModule):
     as a classifier's one-hot columns are: the batch's DI is then the sum over the
     targets of its in-batch ridge ``R^2`` (at most ``L``), in no target's units, so that
     targets of any scale train alike and ``train/di_epoch`` reads the same across data
-    sets (under DDP, each process scales its own rows' columns). The read-out
+    sets (under DDP, by the means and norms of the global batch). The read-out
     (:class:`~kernel_layers.training.heads.RidgeHead`, with intercept, fitted exactly in
     one pass over the training data) takes the targets as they are: its predictions
     scale with the targets, so no standardisation is needed; its penalty is chosen by
@@ -140,7 +140,7 @@ class KernelRegressor(KernelModule):
         )
         preflight.check_scalars(
             owner,
-            num_targets=num_targets,
+            outputs=("num_targets", num_targets),
             positive={"lr": lr},
             optional_positive={"backbone_lr": backbone_lr, "head_rho": head_rho, "rho": rho},
             flags={"init_landmarks": init_landmarks},
@@ -186,8 +186,9 @@ class KernelRegressor(KernelModule):
 
     def training_targets(self, y: Tensor) -> Tensor:
         """The batch's targets centred, their columns scaled to unit norm
-        (``Tensor[B, L]``)."""
-        return unit_norm_columns(self.check_targets(y))
+        (``Tensor[B, L]``); under several processes by the global batch's means and
+        norms, so that DI is the global batch's."""
+        return unit_norm_columns(self.check_targets(y), sync_dist=self._world_size > 1)
 
     def predict(self, features: Tensor) -> Tensor:
         """Predicted targets ``[B, L]`` of the ridge read-out on ``features (Tensor[B, J])``.
