@@ -12,7 +12,13 @@ import references as ref
 import torch
 from sklearn.datasets import make_friedman1
 
-from kernel_layers import KernelRegressor, NystromLayer, RidgeHead, discriminant_information
+from kernel_layers import (
+    KernelClassifier,
+    KernelRegressor,
+    NystromLayer,
+    RidgeHead,
+    discriminant_information,
+)
 from kernel_layers.data.tensor import TensorDataModule
 from kernel_layers.objectives import unit_norm_columns
 from kernel_layers.training.heads import GCV_GRID, GCVRidgeHead, gcv_penalty
@@ -158,6 +164,13 @@ def test_checkpoint_round_trip_predicts_identically(
         assert torch.equal(model.predict(model(x)), loaded.predict(loaded(x)))
     with pytest.raises(ValueError, match="weights_only"):
         KernelRegressor.load_from_checkpoint(path, weights_only=False)
+    with pytest.raises(ValueError, match=r"is a KernelRegressor's .*KernelRegressor\.load_from"):
+        KernelClassifier.load_from_checkpoint(path)
+    saved = torch.load(path, weights_only=True)  # the same, as a classifier records it
+    saved["hyper_parameters"]["num_classes"] = saved["hyper_parameters"].pop("num_targets")
+    torch.save(saved, tmp_path / "classifier.ckpt")
+    with pytest.raises(ValueError, match=r"is a KernelClassifier's \(it records 'num_classes'"):
+        KernelRegressor.load_from_checkpoint(tmp_path / "classifier.ckpt")
 
 
 def test_integer_targets_are_refused(make_trainer: Callable[..., L.Trainer]) -> None:

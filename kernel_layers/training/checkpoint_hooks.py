@@ -125,6 +125,7 @@ def check_before_load(
             naming each setting of a passed module that differs, with both values.
     """
     hparams = checkpoint.get(hparams_key) or {}
+    _check_model_class(owner, source, hparams)
     if "kernel_layer" not in overrides:
         check_layer_recorded(owner, source, hparams)
     state = checkpoint.get("state_dict") or {}
@@ -146,6 +147,24 @@ def check_before_load(
             + " (pass them with the checkpoint's settings, or none: the checkpoint "
             "rebuilds them)"
         )
+
+
+#: The hyper-parameter that tells each model's checkpoints apart: its outputs.
+_OUTPUTS = {"KernelClassifier": "num_classes", "KernelRegressor": "num_targets"}
+
+
+def _check_model_class(owner: str, source: str | Path, hparams: Mapping[str, Any]) -> None:
+    """Raise when ``hparams`` are those of the other model class (a classifier's
+    checkpoint given to ``KernelRegressor.load_from_checkpoint``, or the reverse)."""
+    expected = _OUTPUTS.get(owner)
+    if expected is None or expected in hparams:
+        return
+    for model, key in _OUTPUTS.items():
+        if key in hparams:
+            raise ValueError(
+                f"{owner}: checkpoint {str(source)!r} is a {model}'s (it records {key!r}, "
+                f"not {expected!r}); load it with {model}.load_from_checkpoint"
+            )
 
 
 def read_for_load(
