@@ -9,6 +9,7 @@ columns), split by hand so that the raw test rows are at hand.
 from __future__ import annotations
 
 import copy
+import pathlib
 import warnings
 from collections.abc import Callable
 
@@ -413,3 +414,23 @@ def test_exported_model_flags_a_non_finite_row_with_class_minus_one(
     # In PyTorch the same rows are refused by name before anything is computed.
     with pytest.raises(ValueError, match=r"argument 'x' must be finite"):
         predictor(bad)
+
+
+def test_written_predictions_name_their_files(tmp_path: pathlib.Path) -> None:
+    from kernel_layers.training.predictions import write_predictions
+
+    classes, scores = torch.tensor([2, 0, 1]), torch.rand(3, 3, dtype=torch.float64)
+    names = ["1.png", "2.png", "10.png"]
+    write_predictions(tmp_path / "p.csv", classes, scores, names=names)
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0] == "index,file,prediction,score_0,score_1,score_2"
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        ["0", "1.png", "2"],
+        ["1", "2.png", "0"],
+        ["2", "10.png", "1"],
+    ]
+    write_predictions(tmp_path / "p.pt", classes, scores, names=names)
+    saved = torch.load(tmp_path / "p.pt", weights_only=True)
+    assert saved["file"] == names and torch.equal(saved["prediction"], classes)
+    with pytest.raises(ValueError, match=r"'names' must hold one name per row \(3\), got 2"):
+        write_predictions(tmp_path / "q.csv", classes, names=names[:2])

@@ -169,7 +169,8 @@ class KernelLayersCLI(LightningCLI):
             "--predict_scores",
             type=bool,
             default=True,
-            help="predict: also write the per-class scores",
+            help="predict: write the per-class scores beside the classes (default: true; "
+            "false writes the classes only)",
         )
 
     # Lightning's own handling replaces the configured hyper-parameters by the

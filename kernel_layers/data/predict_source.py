@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers._validation import check_choice
 from kernel_layers.data.loaders import BatchedTensorDataset
-from kernel_layers.data.user_files import read_feature_rows
+from kernel_layers.data.user_files import image_files, read_feature_rows
 
 __all__ = ["PREDICT_SPLITS", "PredictSource"]
 
@@ -81,6 +81,16 @@ class PredictSource:
             )
         self._predict_split = split
         self._predict_path = None if path is None else Path(path)
+
+    @property
+    def predict_row_names(self) -> list[str] | None:
+        """The file of each row :meth:`predict_dataloader` serves from an image folder,
+        in the order read (:func:`~kernel_layers.data.user_files.image_files`: ``2.png``
+        before ``10.png``); ``None`` for a split or a file, whose rows are in its order."""
+        path = self._predict_path
+        if path is None or not path.is_dir():
+            return None
+        return [file.name for file in image_files(path)]
 
     @property
     def predict_path(self) -> Path | None:

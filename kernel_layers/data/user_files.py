@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +35,7 @@ import numpy as np
 from kernel_layers.data.gzipped import read_text
 from kernel_layers.data.splits import REAL_KINDS
 
-__all__ = ["IMAGE_SUFFIXES", "csv_rows", "read_feature_rows"]
+__all__ = ["IMAGE_SUFFIXES", "csv_rows", "image_files", "read_feature_rows"]
 
 #: Fewest columns of a first row ``0, 1, ..., D-1`` taken for pandas' column names.
 MIN_NUMERIC_HEADER = 3
@@ -197,6 +198,19 @@ def _is_number(field: str) -> bool:
     return True
 
 
+def image_files(folder: Path) -> list[Path]:
+    """The images of ``folder`` (suffixes :data:`IMAGE_SUFFIXES`) in natural order of
+    their names: the numbers in a name compare as numbers (``2.png`` before
+    ``10.png``), the rest as text; the order of the rows read from the folder."""
+    images = [p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES]
+    return sorted(images, key=lambda p: (_natural_key(p.name), p.name))
+
+
+def _natural_key(name: str) -> list[tuple[int, int | str]]:
+    """``name`` split into numbers and text, numbers first where they meet text."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)]
+
+
 def _read_image_folder(
     folder: Path, input_shape: Sequence[int], owner: str, pixel_max: float | None
 ) -> np.ndarray:
@@ -212,7 +226,7 @@ def _read_image_folder(
             "(give TensorDataModule argument 'pixel_max', or pass the rows as a .npy file "
             "in the training data's units)"
         )
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(folder)
     if not files:
         raise ValueError(
             f"{owner}: the folder {str(folder)!r} holds no image ({list(IMAGE_SUFFIXES)})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,43 +70,59 @@ def write_predictions(
     classes: Tensor,
     scores: Tensor | None = None,
     index: Tensor | None = None,
+    names: Sequence[str] | None = None,
 ) -> Path:
     """Write predictions atomically (a temporary file renamed into place).
 
     Args:
-        path: ``.csv`` (columns ``index, prediction[, score_0 .. score_{L-1}]``) or
-            ``.pt`` (a dict of tensors ``index``, ``prediction``[, ``scores``]).
+        path: ``.csv`` (columns ``index[, file], prediction[, score_0 .. score_{L-1}]``)
+            or ``.pt`` (a dict of tensors ``index``, ``prediction``[, ``scores``], and
+            with ``names`` the list ``file``).
         classes (Tensor[N]): predicted classes.
         scores (Tensor[N, L] | None): per-class scores.
         index (Tensor[N] | None): row indices (default ``0 .. N-1``).
+        names: the file each row was read from (an image folder's), one per row.
 
     Returns:
         Path: the file written.
+
+    Raises:
+        ValueError: ``names`` does not hold one name per row.
     """
     out = _check_output(path)
     index = torch.arange(len(classes)) if index is None else index
+    if names is not None and len(names) != len(classes):
+        raise ValueError(
+            f"write_predictions: argument 'names' must hold one name per row "
+            f"({len(classes)}), got {len(names)}"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     if out.suffix == ".pt":
-        payload = {"index": index.cpu(), "prediction": classes.cpu()}
+        payload: dict[str, Any] = {"index": index.cpu(), "prediction": classes.cpu()}
         if scores is not None:
             payload["scores"] = scores.cpu()
+        if names is not None:
+            payload["file"] = list(names)
         torch.save(payload, tmp)
     else:
         with tmp.open("w", newline="") as fh:
             writer = csv.writer(fh)
-            header = ["index", "prediction"]
+            header = ["index", *(["file"] if names is not None else []), "prediction"]
             if scores is not None:
                 header += [f"score_{j}" for j in range(scores.shape[1])]
             writer.writerow(header)
-            rows = zip(index.tolist(), classes.tolist(), strict=True)
-            if scores is None:
-                writer.writerows(rows)
-            else:
-                writer.writerows(
-                    [i, c, *(f"{v:.9g}" for v in s)]
-                    for (i, c), s in zip(rows, scores.tolist(), strict=True)
-                )
+            file_of = (lambda _: []) if names is None else (lambda k: [names[k]])
+            rows = [
+                [i, *file_of(k), c]
+                for k, (i, c) in enumerate(zip(index.tolist(), classes.tolist(), strict=True))
+            ]
+            if scores is not None:
+                rows = [
+                    [*row, *(f"{v:.9g}" for v in s)]
+                    for row, s in zip(rows, scores.tolist(), strict=True)
+                ]
+            writer.writerows(rows)
     os.replace(tmp, out)
     return out
 
@@ -158,5 +174,6 @@ class PredictionWriter(BasePredictionWriter):
                 "PredictionWriter: predict on one device (--trainer.devices 1); rows "
                 "gathered from several processes are not reordered"
             )
-        self.path = write_predictions(self.output, classes, scores)
+        names = getattr(getattr(trainer, "datamodule", None), "predict_row_names", None)
+        self.path = write_predictions(self.output, classes, scores, names=names)
         print(f"predictions written to {self.path} ({len(classes)} rows)")
