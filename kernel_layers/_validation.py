@@ -66,7 +66,7 @@ def check_int(
 
     Raises:
         TypeError: ``value`` is not an integer (``bool`` is rejected too).
-        ValueError: ``value < minimum``.
+        ValueError: ``value < minimum``, or more than an int64 holds.
     """
     integral = isinstance(value, Integral) or (
         integral_float and isinstance(value, Real) and float(value).is_integer()
@@ -78,7 +78,23 @@ def check_int(
     number = int(value)  # type: ignore[call-overload]  # Integral or an integral Real
     if number < minimum:
         raise ValueError(f"{owner}: argument '{name}' must be an integer >= {minimum}, got {value}")
+    if number > INT64_MAX:  # no size, seed or count of torch's holds more
+        raise ValueError(
+            f"{owner}: argument '{name}' must be an integer <= {INT64_MAX} (int64), got {value}"
+        )
     return number
+
+
+#: The largest integer a torch size, seed or count can hold.
+INT64_MAX = 2**63 - 1
+
+
+def _as_float(owner: str, name: str, value: object, expected: str) -> float:
+    """``float(value)`` of a real number, its overflow refused by name."""
+    try:
+        return float(value)  # type: ignore[arg-type]  # a Real, checked by the caller
+    except OverflowError:
+        raise ValueError(f"{owner}: argument '{name}' must be {expected}, got {value!r}") from None
 
 
 def raise_not_scriptable(owner: str) -> NoReturn:
@@ -131,7 +147,7 @@ def check_positive(owner: str, name: str, value: object) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{owner}: argument '{name}' must be a number > 0, got {value!r}")
-    value = float(value)
+    value = _as_float(owner, name, value, "a finite number > 0")
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(f"{owner}: argument '{name}' must be a finite number > 0, got {value}")
     return value
@@ -146,7 +162,7 @@ def check_real(owner: str, name: str, value: object) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{owner}: argument '{name}' must be a finite number, got {value!r}")
-    value = float(value)
+    value = _as_float(owner, name, value, "a finite number")
     if not math.isfinite(value):
         raise ValueError(f"{owner}: argument '{name}' must be a finite number, got {value}")
     return value
@@ -161,7 +177,7 @@ def check_nonnegative(owner: str, name: str, value: object) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{owner}: argument '{name}' must be a number >= 0, got {value!r}")
-    value = float(value)
+    value = _as_float(owner, name, value, "a finite number >= 0")
     if not math.isfinite(value) or value < 0.0:
         raise ValueError(f"{owner}: argument '{name}' must be a finite number >= 0, got {value}")
     return value
@@ -177,7 +193,7 @@ def check_fraction(owner: str, name: str, value: object, *, include_zero: bool =
     interval = "[0, 1)" if include_zero else "(0, 1)"
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{owner}: argument '{name}' must be a number in {interval}, got {value!r}")
-    number = float(value)
+    number = _as_float(owner, name, value, f"a number in {interval}")
     low_ok = number >= 0.0 if include_zero else number > 0.0
     if not (low_ok and number < 1.0):
         raise ValueError(f"{owner}: argument '{name}' must be in {interval}, got {value!r}")

@@ -98,6 +98,7 @@ KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
         ("zero", 0, ValueError),
         ("negative", -1, ValueError),
         ("nan", NAN, TypeError),
+        ("beyond int64", 10**400, ValueError),
     ],
     "int>=0": [
         ("str", "3", TypeError),
@@ -113,6 +114,7 @@ KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
         ("negative", -1.0, ValueError),
         ("nan", NAN, ValueError),
         ("inf", INF, ValueError),
+        ("beyond float", 10**400, ValueError),
         ("complex", 1j, TypeError),
     ],
     "bool": [("int", 1, TypeError), ("str", "yes", TypeError), ("None", None, TypeError)],
