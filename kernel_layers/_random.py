@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_layers._validation import check_int
+from kernel_layers._validation import UINT64_MAX, check_int
 
 __all__ = ["make_generator"]
 
@@ -30,7 +30,7 @@ def make_generator(
             )
         return generator
     if seed is not None:  # 1.5 or True would be silently truncated by manual_seed
-        seed = check_int(owner, "seed", seed, minimum=0)
+        seed = check_int(owner, "seed", seed, minimum=0, maximum=UINT64_MAX)
     gen = torch.Generator()
     if seed is None:  # drawn on the CPU, also inside a torch.device("meta") context
         seed = int(torch.randint(2**62, (), device="cpu").item())

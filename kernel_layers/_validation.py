@@ -52,7 +52,13 @@ __all__ = [
 
 
 def check_int(
-    owner: str, name: str, value: object, *, minimum: int = 1, integral_float: bool = False
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: int = 1,
+    maximum: int | None = None,
+    integral_float: bool = False,
 ) -> int:
     """Return ``value`` as an ``int`` if it is an integer ``>= minimum``, else raise.
 
@@ -61,12 +67,14 @@ def check_int(
         name: the argument name used in messages.
         value: the value to check.
         minimum: the least value accepted.
+        maximum: the largest value accepted (default :data:`INT64_MAX`, the most a torch
+            size or count holds).
         integral_float: also accept floats with an integral value (``3.0``), as
             scikit-learn does for a kernel's ``degree``; ``1.5`` is still refused.
 
     Raises:
         TypeError: ``value`` is not an integer (``bool`` is rejected too).
-        ValueError: ``value < minimum``, or more than an int64 holds.
+        ValueError: ``value < minimum`` or ``value > maximum``.
     """
     integral = isinstance(value, Integral) or (
         integral_float and isinstance(value, Real) and float(value).is_integer()
@@ -78,15 +86,16 @@ def check_int(
     number = int(value)  # type: ignore[call-overload]  # Integral or an integral Real
     if number < minimum:
         raise ValueError(f"{owner}: argument '{name}' must be an integer >= {minimum}, got {value}")
-    if number > INT64_MAX:  # no size, seed or count of torch's holds more
-        raise ValueError(
-            f"{owner}: argument '{name}' must be an integer <= {INT64_MAX} (int64), got {value}"
-        )
+    largest = INT64_MAX if maximum is None else maximum
+    if number > largest:
+        raise ValueError(f"{owner}: argument '{name}' must be an integer <= {largest}, got {value}")
     return number
 
 
-#: The largest integer a torch size, seed or count can hold.
+#: The largest integer a torch size or count can hold (:func:`check_int`'s default bound).
 INT64_MAX = 2**63 - 1
+#: The largest seed ``torch.Generator.manual_seed`` takes.
+UINT64_MAX = 2**64 - 1
 
 
 def _as_float(owner: str, name: str, value: object, expected: str) -> float:

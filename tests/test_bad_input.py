@@ -154,7 +154,7 @@ KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
     "weight [4, 3]": [
         ("NaN", torch.full((4, 3), NAN), ValueError),
         ("wrong shape", torch.zeros(4, 2), ValueError),
-        ("float64", torch.zeros(4, 3, dtype=torch.float64), TypeError),
+        ("int", torch.zeros(4, 3, dtype=torch.long), TypeError),
         ("numpy", np.zeros((4, 3)), TypeError),
     ],
     "bias [3]": [
@@ -169,7 +169,8 @@ KINDS: dict[str, list[tuple[str, Any, type | None]]] = {
         ("other widths", di_statistics(torch.rand(30, 5), torch.rand(30, 3)), ValueError),
     ],
     "float matrix [40, 3]": [
-        ("labels", Y, TypeError),
+        ("labels", Y, ValueError),
+        ("complex", torch.zeros(40, 3, dtype=torch.complex64), TypeError),
         ("1-D", torch.rand(40), ValueError),
         ("other rows", torch.rand(39, 3), ValueError),
     ],
@@ -614,6 +615,34 @@ def test_ridge_head_shapes_are_named() -> None:
         ValueError, match=r"RidgeHead: argument 'features' must have shape \[B, 4\]"
     ):
         head(torch.rand(3, 5))
+
+
+def test_seeds_take_the_generators_whole_range() -> None:
+    first = NystromLayer(4, 6, seed=2**64 - 1).landmarks
+    assert torch.equal(first, NystromLayer(4, 6, seed=2**64 - 1).landmarks)
+    with pytest.raises(
+        ValueError, match=r"argument 'seed' must be an integer <= 18446744073709551615"
+    ):
+        NystromLayer(4, 6, seed=2**64)
+
+
+def test_least_squares_loss_under_autocast() -> None:
+    # bfloat16 features from autocast, a float32 read-out: the loss as in float32
+    weight = torch.rand(4, 3, generator=torch.Generator().manual_seed(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        features = torch.nn.functional.linear(X, torch.eye(4))
+        assert features.dtype == torch.bfloat16
+        loss = least_squares_loss(features, Y, weight)
+    want = least_squares_loss(features.float(), Y, weight)
+    assert float(loss) == pytest.approx(float(want), rel=2e-2)
+
+
+def test_di_statistics_take_integer_one_hot_targets() -> None:
+    one_hot = torch.nn.functional.one_hot(Y, 3)
+    got = di_statistics(X.double(), one_hot)
+    want = di_statistics(X.double(), one_hot.double())
+    for name, value in got._asdict().items():
+        assert torch.equal(torch.as_tensor(value), torch.as_tensor(getattr(want, name))), name
 
 
 # ---------------------------------------------------------------- data arguments and files

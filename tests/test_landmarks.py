@@ -325,7 +325,7 @@ INITS = r"\['random', 'kmeans', 'kmeans\+\+', 'greedy'\]"
             TypeError,
             GL + "'data' must be a torch.Tensor or an iterable of batches, got int",
         ),
-        (lambda x: greedy_landmarks([]), ValueError, GL + "'data' must hold at least one batch"),
+        (lambda x: greedy_landmarks([]), ValueError, GL + "'data' must hold at least one row"),
         (
             lambda x: greedy_landmarks([x, x[:, :2]]),
             ValueError,

@@ -434,3 +434,33 @@ def test_written_predictions_name_their_files(tmp_path: pathlib.Path) -> None:
     assert saved["file"] == names and torch.equal(saved["prediction"], classes)
     with pytest.raises(ValueError, match=r"'names' must hold one name per row \(3\), got 2"):
         write_predictions(tmp_path / "q.csv", classes, names=names[:2])
+
+
+def test_predictions_of_part_of_an_image_folder_name_their_files(tmp_path: pathlib.Path) -> None:
+    # limit_predict_batches or fast_dev_run serve the first rows only, in order
+    from types import SimpleNamespace
+
+    from kernel_layers.training.predictions import PredictionWriter
+
+    writer = PredictionWriter(tmp_path / "p.csv")
+    names = [f"{i}.png" for i in range(12)]
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(predict_row_names=names), world_size=1)
+    batch = (torch.tensor([3, 1, 4, 1]), torch.rand(4, 5))
+    writer.write_on_epoch_end(trainer, None, [batch], None)  # type: ignore[arg-type]
+    rows = (tmp_path / "p.csv").read_text().splitlines()[1:]
+    assert [row.split(",")[1] for row in rows] == names[:4]
+
+
+def test_image_files_come_in_natural_order(tmp_path: pathlib.Path) -> None:
+    from kernel_layers.data.user_files import image_files
+
+    for name in ("10.png", "2.png", "1\u00b22.png", "a.png", "notes.txt", "02.png"):
+        (tmp_path / name).write_bytes(b"")
+    # 02 and 2 are both the number 2 (ties keep text order); a superscript is text
+    assert [p.name for p in image_files(tmp_path)] == [
+        "1\u00b22.png",
+        "02.png",
+        "2.png",
+        "10.png",
+        "a.png",
+    ]

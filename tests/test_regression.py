@@ -172,6 +172,12 @@ def test_checkpoint_round_trip_predicts_identically(
     with pytest.raises(ValueError, match=r"is a KernelClassifier's \(it records 'num_classes'"):
         KernelRegressor.load_from_checkpoint(tmp_path / "classifier.ckpt")
 
+    class MyRegressor(KernelRegressor):  # a user's subclass is checked alike
+        pass
+
+    with pytest.raises(ValueError, match=r"MyRegressor: checkpoint .* is a KernelClassifier's"):
+        MyRegressor.load_from_checkpoint(tmp_path / "classifier.ckpt")
+
 
 def test_integer_targets_are_refused(make_trainer: Callable[..., L.Trainer]) -> None:
     x = torch.rand(300, 10)

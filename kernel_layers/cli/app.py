@@ -149,7 +149,8 @@ class KernelLayersCLI(LightningCLI):
             "--predict_output",
             type=str,
             default="predictions.csv",
-            help="predict: file to write (.csv: index, prediction, scores; .pt: tensors)",
+            help="predict: file to write (.csv: index, the file of an image folder's row, "
+            "prediction, scores; .pt: tensors and the files' names)",
         )
         parser.add_argument(
             "--predict_split",

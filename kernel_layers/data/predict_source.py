@@ -27,6 +27,7 @@ class _DataModule(Protocol):
 
     _predict_split: str
     _predict_path: Path | None
+    _predict_names: list[str] | None
     input_shape: tuple[int, ...]
     pixel_max: float | None
     val_fraction: float
@@ -55,6 +56,7 @@ class PredictSource:
 
     _predict_split: str = "test"
     _predict_path: Path | None = None
+    _predict_names: list[str] | None = None
 
     def set_predict_source(
         self: _DataModule, split: str = "test", path: str | os.PathLike[str] | None = None
@@ -65,7 +67,7 @@ class PredictSource:
             split: ``"train"`` (every row, in order), ``"val"`` or ``"test"``.
             path: instead of a split, a file of raw features (``.npy``, or ``.csv`` with
                 an optional header row) with one row per sample, or a folder of images
-                (read in file-name order, for image data, pixels converted to the
+                (read in natural order of the names, for image data, pixels converted to the
                 training data's range :attr:`pixel_max`); scaled with the training
                 statistics like the splits. The rules for CSV headers and image ranges
                 are in :mod:`~kernel_layers.data.user_files`.
@@ -81,16 +83,15 @@ class PredictSource:
             )
         self._predict_split = split
         self._predict_path = None if path is None else Path(path)
+        self._predict_names = None
 
     @property
     def predict_row_names(self) -> list[str] | None:
-        """The file of each row :meth:`predict_dataloader` serves from an image folder,
-        in the order read (:func:`~kernel_layers.data.user_files.image_files`: ``2.png``
-        before ``10.png``); ``None`` for a split or a file, whose rows are in its order."""
-        path = self._predict_path
-        if path is None or not path.is_dir():
-            return None
-        return [file.name for file in image_files(path)]
+        """The file of each row the last :meth:`predict_dataloader` read from an image
+        folder, in the order served (:func:`~kernel_layers.data.user_files.image_files`:
+        ``2.png`` before ``10.png``); ``None`` for a split or a file, whose rows are in
+        its order."""
+        return self._predict_names
 
     @property
     def predict_path(self) -> Path | None:
@@ -104,6 +105,8 @@ class PredictSource:
         if path is not None:
             self.setup()
             shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
+            if path.is_dir():  # the files in the order read_feature_rows reads them
+                self._predict_names = [file.name for file in image_files(path)]
             raw = read_feature_rows(path, shape, owner=self._name, pixel_max=self.pixel_max)
             features = self._transform(raw, f"the rows of {str(path)!r}")
             return self._loader(BatchedTensorDataset(features), train=False)

@@ -207,8 +207,10 @@ def image_files(folder: Path) -> list[Path]:
 
 
 def _natural_key(name: str) -> list[tuple[int, int | str]]:
-    """``name`` split into numbers and text, numbers first where they meet text."""
-    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)]
+    """``name`` split into runs of decimal digits (compared as numbers) and text: the
+    split's odd parts are the digit runs."""
+    parts = re.split(r"(\d+)", name)
+    return [(0, int(part)) if k % 2 else (1, part) for k, part in enumerate(parts)]
 
 
 def _read_image_folder(

@@ -319,8 +319,10 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         computed in float32, and the features come out in that dtype; narrow inputs'
         features are computed in float64 (:meth:`feature_dtype`). In eval mode
         without gradients to the landmarks the map ``P`` of :meth:`projection` is
-        cached (recomputed whenever the landmarks change), so inference costs one kernel
-        matrix and one product, and exported graphs (ONNX) hold ``P`` as a constant.
+        cached (recomputed whenever the landmarks change; on a device other than the
+        CPU, edit them in place under ``torch.no_grad()`` rather than through ``.data``,
+        which changes no version counter), so inference costs one kernel matrix and one
+        product, and exported graphs (ONNX) hold ``P`` as a constant.
         """
         owner = type(self).__name__
         self._check_input(

@@ -38,9 +38,11 @@ class ProjectionCache(nn.Module):
         raise NotImplementedError
 
     def _cache_key(self) -> tuple[object, ...]:
-        """What :meth:`projection` depends on; a new key invalidates the entry. Tensors
-        in it are compared by value (an edit through ``.data`` changes no version
-        counter), the rest by ``==``."""
+        """What :meth:`projection` depends on; a new key invalidates the entry. Its
+        tensors are compared by value on the CPU (an edit through ``.data`` changes no
+        version counter), by version counter and storage on other devices (edit them
+        there in place under ``torch.no_grad()``, not through ``.data``), the rest by
+        ``==``."""
         raise NotImplementedError
 
     def _cache_source(self) -> Tensor:
@@ -57,9 +59,7 @@ class ProjectionCache(nn.Module):
         key = self._cache_key()
         if self._projection is None or not _same_key(key, self._projection_key):
             self._projection = self.projection()
-            self._projection_key = tuple(
-                item.detach().clone() if isinstance(item, Tensor) else item for item in key
-            )
+            self._projection_key = tuple(_snapshot(item) for item in key)
         return self._projection
 
     def train(self: _Self, mode: bool = True) -> _Self:
@@ -81,19 +81,33 @@ class ProjectionCache(nn.Module):
         return not self.training and not grads
 
 
+def _snapshot(item: object) -> object:
+    """What the cache keeps of a key's item: a tensor's dtype, device, shape, version
+    counter and storage, and on the CPU a copy of its values; anything else as it is."""
+    if not isinstance(item, Tensor):
+        return item
+    values = item.detach().clone() if item.device.type == "cpu" else None
+    return (item.dtype, item.device, item.shape, item._version, item.data_ptr(), values)
+
+
 def _same_key(key: tuple[object, ...], cached: tuple[object, ...] | None) -> bool:
-    """Whether ``key`` equals the ``cached`` one: tensors by dtype, device, shape and
-    values (``torch.equal``), anything else by ``==``."""
+    """Whether ``key`` matches the ``cached`` snapshots (:func:`_snapshot`): a CPU
+    tensor by its values (an edit through ``.data`` changes no version counter), a
+    tensor elsewhere by its version counter and storage (comparing values would wait
+    for the device at every forward), anything else by ``==``."""
     if cached is None or len(key) != len(cached):
         return False
     for item, old in zip(key, cached, strict=True):
-        if isinstance(item, Tensor) or isinstance(old, Tensor):
-            if not (isinstance(item, Tensor) and isinstance(old, Tensor)):
+        if not isinstance(item, Tensor):
+            if item != old:
                 return False
-            if (item.dtype, item.device) != (old.dtype, old.device):
+            continue
+        if not isinstance(old, tuple) or old[:3] != (item.dtype, item.device, item.shape):
+            return False
+        values = old[5]
+        if isinstance(values, Tensor):
+            if not torch.equal(item.detach(), values):
                 return False
-            if not torch.equal(item.detach(), old):
-                return False
-        elif item != old:
+        elif old[3:5] != (item._version, item.data_ptr()):
             return False
     return True

@@ -59,17 +59,17 @@ def least_squares_loss(
 def _check_parameter(
     owner: str, name: str, value: object, shape: tuple[int, ...], features: Tensor
 ) -> None:
-    """Raise unless ``value`` is a finite tensor of ``shape`` with ``features``' dtype
-    and device."""
+    """Raise unless ``value`` is a finite floating tensor of ``shape`` on ``features``'
+    device (its precision is the caller's: under autocast it may differ)."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{owner}: argument '{name}' must be a torch.Tensor, got {value!r}")
     if value.shape != shape:
         raise ValueError(
             f"{owner}: argument '{name}' must have shape {list(shape)}, got {list(value.shape)}"
         )
-    if value.dtype != features.dtype or value.device != features.device:
+    if not value.is_floating_point() or value.device != features.device:
         raise TypeError(
-            f"{owner}: argument '{name}' must have the features' dtype and device "
-            f"({features.dtype}, {features.device}), got ({value.dtype}, {value.device})"
+            f"{owner}: argument '{name}' must be a floating tensor on the features' device "
+            f"({features.device}), got {value.dtype} on {value.device}"
         )
     check_finite(owner, name, value)

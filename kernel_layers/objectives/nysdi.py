@@ -109,7 +109,10 @@ def nystrom_discriminant_information(
         owner, "landmarks", landmarks, max_abs=data_limit(landmarks), why=DISTANCE_OVERFLOW
     )
     if landmarks.shape[0] == 0:
-        raise ValueError(f"{owner}: argument 'landmarks' must have at least one row, got [0, D]")
+        raise ValueError(
+            f"{owner}: argument 'landmarks' must have at least one row, got shape "
+            f"{list(landmarks.shape)}"
+        )
     check_matrix(
         owner, "x", x, width=landmarks.shape[1], max_abs=data_limit(x), why=DISTANCE_OVERFLOW
     )

@@ -251,15 +251,20 @@ def di_statistics(features: Tensor, targets: Tensor) -> DIStatistics:
         DIStatistics: in the features' dtype.
 
     Raises:
-        TypeError: ``features`` or ``targets`` is not a floating tensor.
-        ValueError: they are not ``[B, J]`` and ``[B, L]`` with the same ``B``.
+        TypeError: ``features`` is not a floating tensor, or ``targets`` not a real one.
+        ValueError: they are not ``[B, J]`` and ``[B, L]`` with the same ``B`` (labels
+            ``[B]`` are to be one-hot encoded first).
     """
-    for name, value in (("features", features), ("targets", targets)):
-        if not isinstance(value, Tensor) or not value.is_floating_point():
-            raise TypeError(
-                f"di_statistics: argument '{name}' must be a floating torch.Tensor, got "
-                f"{getattr(value, 'dtype', type(value).__name__)} (one-hot encode labels first)"
-            )
+    if not isinstance(features, Tensor) or not features.is_floating_point():
+        raise TypeError(
+            "di_statistics: argument 'features' must be a floating torch.Tensor, got "
+            f"{getattr(features, 'dtype', type(features).__name__)}"
+        )
+    if not isinstance(targets, Tensor) or targets.is_complex():
+        raise TypeError(
+            "di_statistics: argument 'targets' must be a real torch.Tensor [B, L], got "
+            f"{getattr(targets, 'dtype', type(targets).__name__)}"
+        )
     if features.ndim != 2 or targets.ndim != 2 or features.shape[0] != targets.shape[0]:
         raise ValueError(
             "di_statistics: arguments 'features' and 'targets' must have shapes [B, J] and "

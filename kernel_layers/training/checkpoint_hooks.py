@@ -112,6 +112,8 @@ def check_before_load(
     checkpoint: Mapping[str, Any],
     hparams_key: str,
     overrides: Mapping[str, Any],
+    *,
+    model: type | None = None,
 ) -> None:
     """The checks of ``load_from_checkpoint`` before the model is built: the checkpoint
     records its kernel layer (or ``overrides``, its keyword arguments, give one); each
@@ -125,7 +127,7 @@ def check_before_load(
             naming each setting of a passed module that differs, with both values.
     """
     hparams = checkpoint.get(hparams_key) or {}
-    _check_model_class(owner, source, hparams)
+    _check_model_class(owner, source, hparams, model)
     if "kernel_layer" not in overrides:
         check_layer_recorded(owner, source, hparams)
     state = checkpoint.get("state_dict") or {}
@@ -153,22 +155,31 @@ def check_before_load(
 _OUTPUTS = {"KernelClassifier": "num_classes", "KernelRegressor": "num_targets"}
 
 
-def _check_model_class(owner: str, source: str | Path, hparams: Mapping[str, Any]) -> None:
+def _check_model_class(
+    owner: str, source: str | Path, hparams: Mapping[str, Any], model: type | None
+) -> None:
     """Raise when ``hparams`` are those of the other model class (a classifier's
-    checkpoint given to ``KernelRegressor.load_from_checkpoint``, or the reverse)."""
-    expected = _OUTPUTS.get(owner)
+    checkpoint given to ``KernelRegressor.load_from_checkpoint`` or a subclass's, or the
+    reverse); ``model`` is the loading class (``None``: the class named ``owner``)."""
+    names = [owner] if model is None else [base.__name__ for base in model.__mro__]
+    expected = next((_OUTPUTS[name] for name in names if name in _OUTPUTS), None)
     if expected is None or expected in hparams:
         return
-    for model, key in _OUTPUTS.items():
+    for other, key in _OUTPUTS.items():
         if key in hparams:
             raise ValueError(
-                f"{owner}: checkpoint {str(source)!r} is a {model}'s (it records {key!r}, "
-                f"not {expected!r}); load it with {model}.load_from_checkpoint"
+                f"{owner}: checkpoint {str(source)!r} is a {other}'s (it records {key!r}, "
+                f"not {expected!r}); load it with {other}.load_from_checkpoint"
             )
 
 
 def read_for_load(
-    owner: str, checkpoint_path: str | Path | IO[bytes], hparams_key: str, overrides: dict[str, Any]
+    owner: str,
+    checkpoint_path: str | Path | IO[bytes],
+    hparams_key: str,
+    overrides: dict[str, Any],
+    *,
+    model: type | None = None,
 ) -> str | Path | IO[bytes]:
     """Read ``checkpoint_path`` once with ``weights_only=True`` and check it
     (:func:`check_before_load`); returns what to hand Lightning's loader: the local
@@ -185,7 +196,7 @@ def read_for_load(
     checkpoint = load_checkpoint_file(checkpoint_path, "cpu")
     named = isinstance(checkpoint_path, str | Path)
     source = str(checkpoint_path) if named else "stream"
-    check_before_load(owner, source, checkpoint, hparams_key, overrides)
+    check_before_load(owner, source, checkpoint, hparams_key, overrides, model=model)
     if named and not is_url(checkpoint_path):
         return checkpoint_path
     return in_memory(checkpoint)

@@ -174,7 +174,7 @@ class KernelModule(LightningModule):
                 shape, or not finite. Each message names the checkpoint.
         """
         key = cls.CHECKPOINT_HYPER_PARAMS_KEY
-        read = checkpoint_hooks.read_for_load(cls.__name__, checkpoint_path, key, kwargs)
+        read = checkpoint_hooks.read_for_load(cls.__name__, checkpoint_path, key, kwargs, model=cls)
         with checkpoint_hooks.missing_tensors_named(cls.__name__, checkpoint_path):
             loaded = super().load_from_checkpoint(
                 read, map_location, hparams_file, strict, weights_only=True, **kwargs

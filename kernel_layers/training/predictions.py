@@ -1,4 +1,5 @@
-"""Write a model's predictions to a file: CSV (index, prediction, scores) or ``.pt``."""
+"""Write a model's predictions to a file: CSV (index, an image folder's file names,
+prediction, scores) or ``.pt``."""
 
 from __future__ import annotations
 
@@ -175,5 +176,7 @@ class PredictionWriter(BasePredictionWriter):
                 "gathered from several processes are not reordered"
             )
         names = getattr(getattr(trainer, "datamodule", None), "predict_row_names", None)
+        if names is not None:  # the rows served are the first, in order (limit_predict_batches)
+            names = names[: len(classes)]
         self.path = write_predictions(self.output, classes, scores, names=names)
         print(f"predictions written to {self.path} ({len(classes)} rows)")
