@@ -645,6 +645,17 @@ def test_di_statistics_take_integer_one_hot_targets() -> None:
         assert torch.equal(torch.as_tensor(value), torch.as_tensor(getattr(want, name))), name
 
 
+def test_a_batch_that_is_not_a_tuple_is_named() -> None:
+    model = KernelClassifier(NystromLayer(4, 6, seed=0), num_classes=3)
+    with pytest.raises(TypeError, match=r"a batch must be a tuple \(x, y, \.\.\.\).*got 'dict'"):
+        model.training_step({"x": X, "y": Y}, 0)
+    with pytest.raises(TypeError, match=r"a batch must be a tuple \(x, y, \.\.\.\).*got 1"):
+        model.validation_step((X,), 0)
+    regressor = KernelRegressor(NystromLayer(4, 6, seed=0))
+    with pytest.raises(TypeError, match=r"KernelRegressor: a batch must be a tuple \(x, \.\.\.\)"):
+        regressor.predict_step({"x": X}, 0)
+
+
 # ---------------------------------------------------------------- data arguments and files
 def _data_arrays(**changes: Any) -> dict[str, Any]:
     x = np.random.default_rng(0).random((40, 4))

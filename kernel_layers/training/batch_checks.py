@@ -21,12 +21,33 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
+
+
+def batch_parts(owner: str, batch: Any, count: int) -> tuple[Any, ...]:
+    """The first ``count`` entries of a batch ``(x, y, ...)`` (a ``TensorDataset``'s
+    loader yields such tuples); for ``count=1`` a lone tensor is the inputs.
+
+    Raises:
+        TypeError: a batch of another kind (a dict, say), or with fewer entries.
+    """
+    if count == 1 and isinstance(batch, Tensor):
+        return (batch,)
+    if not isinstance(batch, list | tuple) or len(batch) < count:
+        kind = type(batch).__name__ if not isinstance(batch, list | tuple) else len(batch)
+        form = "(x, ...)" if count == 1 else "(x, y, ...)"
+        raise TypeError(
+            f"{owner}: a batch must be a tuple {form}, as a TensorDataset's loader yields, "
+            f"got {kind!r} (map a dict batch to a tuple in the data loader's collate_fn)"
+        )
+    return tuple(batch[:count])
+
 
 __all__ = ["di_batch_usable", "named_batch_errors"]
 

@@ -19,6 +19,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import Tensor
 
+from kernel_layers.training.batch_checks import batch_parts
+
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
 
@@ -62,7 +64,7 @@ def log_validation_di(model: KernelModule, batch: Any) -> None:
     feature width is left out (its DI sits at its ceiling whatever the map); under DDP
     the global batch is (every process's shard, of equal size under the distributed
     sampler), so that every process takes the same branch."""
-    x, y = batch[0], batch[1]
+    x, y = batch_parts(type(model).__name__, batch, 2)
     if len(x) * model._world_size <= model.num_features:
         return
     di = model._di(model.embed(x), y)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from kernel_layers.objectives import DIStatistics, least_squares_loss, merge_statistics
 from kernel_layers.training import di_epoch
-from kernel_layers.training.batch_checks import di_batch_usable
+from kernel_layers.training.batch_checks import batch_parts, di_batch_usable
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -36,7 +36,7 @@ def training_loss(model: KernelModule, batch: Any, batch_idx: int) -> Tensor | N
         TypeError, ValueError: targets the model cannot train on (labels not integers
             in ``[0, num_classes)``), or the batch is too small for DI.
     """
-    x, y = batch[0], batch[1]
+    x, y = batch_parts(type(model).__name__, batch, 2)
     objective = model.objective
     y = model.training_targets(y)
     h = model.embed(x)

@@ -28,7 +28,7 @@ from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
-from kernel_layers.training.batch_checks import named_batch_errors
+from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
 from kernel_layers.training.di_epoch import log_validation_di
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms
@@ -259,7 +259,7 @@ class KernelClassifier(KernelModule):
         ``[B]`` (``None`` before the read-out's first fit)."""
         if self.readout is None and not bool(self.head.fitted):
             return None  # sanity check before any fit: nothing to report
-        x, y = batch[0], batch[1]
+        x, y = batch_parts(type(self).__name__, batch, 2)
         with named_batch_errors(name.split("/")[0], batch_idx):
             y = self.check_targets(y)
         scores = self.scores(self(x))
@@ -284,7 +284,7 @@ class KernelClassifier(KernelModule):
         self._evaluate(batch, batch_idx, self.test_acc, "test/acc")
 
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor | tuple[Tensor, Tensor]:
-        x = batch[0] if isinstance(batch, list | tuple) else batch
+        (x,) = batch_parts(type(self).__name__, batch, 1)
         scores = self.scores(self(x))
         classes = scores.argmax(1)
         return (classes, scores) if self.hparams["return_scores"] else classes

@@ -19,7 +19,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
 from kernel_layers.objectives.statistics import DIStatistics
-from kernel_layers.training.batch_checks import named_batch_errors
+from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
 from kernel_layers.training.heads import RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.modes import eval_mode, model_inputs
@@ -106,7 +106,7 @@ def _accumulate(model: KernelModule, head: RidgeHead, batches: Iterable[Any] | N
         batches = train_eval_batches(model.trainer, type(model).__name__)
     with eval_mode(model):
         for index, batch in enumerate(batches):
-            x, y = model_inputs(model, batch[0], batch[1])
+            x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
             with named_batch_errors("read-out fit", index):
                 head.update(model(x), model.check_targets(y))
 

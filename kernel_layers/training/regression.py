@@ -22,7 +22,7 @@ from kernel_layers.objectives import unit_norm_columns
 from kernel_layers.selection.rho import rho_from_penalty
 from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
-from kernel_layers.training.batch_checks import named_batch_errors
+from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
 from kernel_layers.training.heads import gcv_penalty
 from kernel_layers.training.kernel_module import KernelModule
@@ -204,7 +204,7 @@ class KernelRegressor(KernelModule):
     def _evaluate(self, batch: Any, batch_idx: int, metrics: MetricCollection, split: str) -> None:
         if not bool(self.head.fitted):
             return  # sanity check before any fit: nothing to report
-        x, y = batch[0], batch[1]
+        x, y = batch_parts(type(self).__name__, batch, 2)
         with named_batch_errors(split, batch_idx):
             y = self.check_targets(y)
         prediction = self.predict(self(x)).to(y.dtype)
@@ -221,5 +221,5 @@ class KernelRegressor(KernelModule):
         self._evaluate(batch, batch_idx, self.test_metrics, "test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
-        x = batch[0] if isinstance(batch, list | tuple) else batch
+        (x,) = batch_parts(type(self).__name__, batch, 1)
         return self.predict(self(x))
