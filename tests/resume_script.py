@@ -2,7 +2,7 @@
 
 Used by ``tests/test_resume.py``::
 
-    python tests/resume_script.py OUT_DIR [--kill-at STEP] [--resume]
+    python tests/resume_script.py OUT_DIR [--kill-at STEP] [--resume] [--devices N]
 
 Nystrom + DI on generated data, PlateauDecay (patience 1) + DISaturationStopping,
 ``deterministic=True``, ``ModelCheckpoint(save_last=True, every_n_train_steps=1)`` into
@@ -10,7 +10,8 @@ Nystrom + DI on generated data, PlateauDecay (patience 1) + DISaturationStopping
 pass of global step ``STEP`` (before the optimiser step, so mid-epoch and mid-step);
 ``--resume`` continues from ``ckpt_path="last"`` with ``weights_only=True``. At the end
 the final state (model, optimiser, callbacks, global step) is saved to
-``OUT_DIR/final.pt``.
+``OUT_DIR/final.pt``. ``--devices 2`` runs two CPU processes under DDP, each with half
+of a batch (every process kills itself at the same step).
 
 Exact mid-epoch resume needs the data order restored: Lightning resumes a map-style
 ``DataLoader`` mid-epoch only if it is stateful (``state_dict`` / ``load_state_dict``).
@@ -53,13 +54,19 @@ class KillAt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def data() -> TensorDataModule:
+def data(devices: int = 1) -> TensorDataModule:
     gen = torch.Generator().manual_seed(0)
     y = torch.arange(TRAIN + 100) % 3
     centres = torch.rand(3, 5, generator=gen)
     x = centres[y] + 0.35 * torch.randn(len(y), 5, generator=gen)
     return TensorDataModule(
-        x[:TRAIN], y[:TRAIN], x[TRAIN:], y[TRAIN:], batch_size=BATCH, val_fraction=0.0, seed=3
+        x[:TRAIN],
+        y[:TRAIN],
+        x[TRAIN:],
+        y[TRAIN:],
+        batch_size=BATCH // devices,  # per process: the global batch stays BATCH rows
+        val_fraction=0.0,
+        seed=3,
     )
 
 
@@ -68,6 +75,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--devices", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(1)
     L.seed_everything(0, verbose=False)
@@ -83,6 +91,8 @@ def main() -> None:
         callbacks.append(KillAt(args.kill_at))
     trainer = L.Trainer(
         accelerator="cpu",
+        devices=args.devices,
+        strategy="ddp" if args.devices > 1 else "auto",
         max_epochs=EPOCHS,
         deterministic=True,
         logger=False,
@@ -92,10 +102,12 @@ def main() -> None:
     )
     trainer.fit(
         model,
-        data(),
+        data(args.devices),
         ckpt_path="last" if args.resume else None,
         weights_only=True if args.resume else None,
     )
+    if not trainer.is_global_zero:
+        return
     torch.save(
         {
             "model": model.state_dict(),

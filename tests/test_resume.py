@@ -5,7 +5,8 @@ killed with SIGKILL between the backward pass and the optimiser step of global s
 (epoch 2, batch 3 of 5), then resumed with ``ckpt_path="last"`` and
 ``weights_only=True``. The kill-and-resume run must end bit-identical to the
 uninterrupted one: kernel layer, ridge head, optimiser (Adam moments, decayed learning
-rates), PlateauDecay / DISaturationStopping state, global step.
+rates), PlateauDecay / DISaturationStopping state, global step. Each run happens in one
+process and under DDP in two (every process killed at the same step).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ SCRIPT = Path(__file__).with_name("resume_script.py")
 KILL_AT = 12
 
 
-def _run(out: Path, *args: str) -> subprocess.Popen:
+def _run(out: Path, *args: str, devices: int = 1) -> subprocess.Popen:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(out), *args],
+        [sys.executable, str(SCRIPT), str(out), *args, "--devices", str(devices)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -42,16 +43,22 @@ def _wait(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, out
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+@pytest.fixture(scope="module", params=[1, 2], ids=["one process", "DDP, two processes"])
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict[str, Path]:
+    devices = request.param
     root = tmp_path_factory.mktemp("resume")
     plain, killed = root / "plain", root / "killed"
-    procs = [_run(plain), _run(killed, "--kill-at", str(KILL_AT))]  # in parallel
+    procs = [
+        _run(plain, devices=devices),
+        _run(killed, "--kill-at", str(KILL_AT), devices=devices),
+    ]  # in parallel
     (rc_plain, log_plain), (rc_killed, log_killed) = (_wait(p) for p in procs)
     assert rc_plain == 0, log_plain
     assert rc_killed == -signal.SIGKILL, log_killed
     assert not (killed / "final.pt").exists()
-    rc, log = _wait(_run(killed, "--resume"))
+    rc, log = _wait(_run(killed, "--resume", devices=devices))
     assert rc == 0, log
     assert "Restored all states from the checkpoint" in log
     assert "not resumable" not in log  # the loader's position was restored
