@@ -105,9 +105,11 @@ class PredictSource:
         if path is not None:
             self.setup()
             shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
-            if path.is_dir():  # the files in the order read_feature_rows reads them
-                self._predict_names = [file.name for file in image_files(path)]
-            raw = read_feature_rows(path, shape, owner=self._name, pixel_max=self.pixel_max)
+            files = image_files(path) if path.is_dir() else None  # listed once: rows, names
+            raw = read_feature_rows(
+                path, shape, owner=self._name, pixel_max=self.pixel_max, images=files
+            )
+            self._predict_names = None if files is None else [file.name for file in files]
             features = self._transform(raw, f"the rows of {str(path)!r}")
             return self._loader(BatchedTensorDataset(features), train=False)
         split = self._predict_split

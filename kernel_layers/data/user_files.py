@@ -54,18 +54,21 @@ def read_feature_rows(
     *,
     owner: str = "read_feature_rows",
     pixel_max: float | None = None,
+    images: Sequence[Path] | None = None,
 ) -> np.ndarray:
     """Raw feature rows from a user file or image folder (no code is ever executed).
 
     Args:
         path: ``.npy`` (read with ``allow_pickle=False``), ``.csv`` (comma-separated
             numbers; a header row is skipped by the rule of this module's docstring), or
-            a folder of images (file-name order; decoded as grayscale for one channel, RGB
-            for three; each must be ``input_shape``'s height x width).
+            a folder of images (:func:`image_files`' natural order; decoded as grayscale
+            for one channel, RGB for three; each must be ``input_shape``'s height x width).
         input_shape: the shape of one sample, ``(D,)`` or ``(C, H, W)``.
         owner: the caller's name for messages.
         pixel_max: the largest pixel value in the training data's units; an image folder
             needs it (pixels are converted to those units), ``None`` refuses one.
+        images: for a folder, its image files to read, in that order (``None``:
+            :func:`image_files` of it); a caller that names the rows lists them once.
 
     Returns:
         np.ndarray[N, prod(input_shape)]: float64 rows in the training data's units.
@@ -78,7 +81,8 @@ def read_feature_rows(
     source = Path(path)
     width = int(np.prod(input_shape))
     if source.is_dir():
-        rows = _read_image_folder(source, input_shape, owner, pixel_max)
+        files = image_files(source) if images is None else list(images)
+        rows = _read_image_folder(source, files, input_shape, owner, pixel_max)
     elif source.suffix == ".npy":
         try:
             loaded = np.load(source, allow_pickle=False)
@@ -214,7 +218,11 @@ def _natural_key(name: str) -> list[tuple[int, int | str]]:
 
 
 def _read_image_folder(
-    folder: Path, input_shape: Sequence[int], owner: str, pixel_max: float | None
+    folder: Path,
+    files: list[Path],
+    input_shape: Sequence[int],
+    owner: str,
+    pixel_max: float | None,
 ) -> np.ndarray:
     if len(input_shape) != 3 or input_shape[0] not in (1, 3):
         raise ValueError(
@@ -228,7 +236,6 @@ def _read_image_folder(
             "(give TensorDataModule argument 'pixel_max', or pass the rows as a .npy file "
             "in the training data's units)"
         )
-    files = image_files(folder)
     if not files:
         raise ValueError(
             f"{owner}: the folder {str(folder)!r} holds no image ({list(IMAGE_SUFFIXES)})"
