@@ -16,6 +16,7 @@ from typing_extensions import override
 
 from kernel_layers._tensor_checks import check_float_targets
 from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
+from kernel_layers.training.batch_checks import batch_parts
 from kernel_layers.training.heads import one_hot_targets
 from kernel_layers.training.modes import eval_mode, model_inputs
 
@@ -117,11 +118,11 @@ def untrained_scores(
     accuracy: MulticlassAccuracy | None = None  # made at the first class labels
     with eval_mode(model):
         for batch in datamodule.train_eval_dataloader():
-            x, y = model_inputs(model, batch[0], batch[1])
+            x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
             fresh.update(model(x), _targets(model, y, fresh.num_outputs))
         fresh.fit()
         for batch in getattr(datamodule, f"{split}_dataloader")():
-            x, y = model_inputs(model, batch[0], batch[1])
+            x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
             scores = fresh(model(x))
             if y.is_floating_point():
                 target = _targets(model, y, fresh.num_outputs)

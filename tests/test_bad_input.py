@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import lightning as L
 import numpy as np
 import pytest
 import scipy.sparse
 import torch
+from torch.utils.data import DataLoader
 
 from kernel_layers import (
     MLP,
@@ -651,6 +653,17 @@ def test_a_batch_that_is_not_a_tuple_is_named() -> None:
         model.training_step({"x": X, "y": Y}, 0)
     with pytest.raises(TypeError, match=r"a batch must be a tuple \(x, y, \.\.\.\).*got 1"):
         model.validation_step((X,), 0)
+    # fit draws the landmarks from the first batches before any step: named there too
+    rows = [{"x": X[i], "y": int(Y[i])} for i in range(len(Y))]
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(TypeError, match=r"a batch must be a tuple \(x, \.\.\.\).*got 'dict'"):
+        trainer.fit(model, DataLoader(rows, batch_size=20))
     regressor = KernelRegressor(NystromLayer(4, 6, seed=0))
     with pytest.raises(TypeError, match=r"KernelRegressor: a batch must be a tuple \(x, \.\.\.\)"):
         regressor.predict_step({"x": X}, 0)

@@ -18,6 +18,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from kernel_layers._validation import check_int
 from kernel_layers.kernels.approximation import KernelApproximationError
+from kernel_layers.training.batch_checks import batch_parts
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -63,7 +64,8 @@ class KernelApproximationLogging(Callback):
             return
         model = cast("KernelModule", pl_module)
         with torch.no_grad():
-            metric.update(model.embed(batch[0]))
+            (x,) = batch_parts(type(model).__name__, batch, 1)
+            metric.update(model.embed(x))
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         metric, self.metric = self.metric, None

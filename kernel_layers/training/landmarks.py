@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from kernel_layers.training.batch_checks import batch_parts
 from kernel_layers.training.modes import eval_mode, model_inputs
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def init_map_from_data(model: KernelModule) -> None:
     rows: list[Tensor] = []
     with eval_mode(model):  # no batch-norm updates, no dropout on the rows
         for batch in loader:
-            (x,) = model_inputs(model, batch[0])
+            (x,) = model_inputs(model, *batch_parts(type(model).__name__, batch, 1))
             rows.append(model.embed(x))
             if sum(len(r) for r in rows) >= needed:
                 break
