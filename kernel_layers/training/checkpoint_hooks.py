@@ -113,10 +113,11 @@ def check_before_load(
     hparams_key: str,
     overrides: Mapping[str, Any],
     *,
-    model: type | None = None,
+    model: type,
 ) -> None:
     """The checks of ``load_from_checkpoint`` before the model is built: the checkpoint
-    records its kernel layer (or ``overrides``, its keyword arguments, give one); each
+    is one of the loading class ``model`` (a classifier's, a regressor's); it records
+    its kernel layer (or ``overrides``, its keyword arguments, give one); each
     recorded spec builds exactly the tensors it carries and ``num_classes`` is its
     read-outs' width (so that nothing enormous is allocated); every weight is finite; a
     layer or backbone passed in ``overrides`` has the recorded settings.
@@ -156,12 +157,12 @@ _OUTPUTS = {"KernelClassifier": "num_classes", "KernelRegressor": "num_targets"}
 
 
 def _check_model_class(
-    owner: str, source: str | Path, hparams: Mapping[str, Any], model: type | None
+    owner: str, source: str | Path, hparams: Mapping[str, Any], model: type
 ) -> None:
     """Raise when ``hparams`` are those of the other model class (a classifier's
     checkpoint given to ``KernelRegressor.load_from_checkpoint`` or a subclass's, or the
-    reverse); ``model`` is the loading class (``None``: the class named ``owner``)."""
-    names = [owner] if model is None else [base.__name__ for base in model.__mro__]
+    reverse); ``model`` is the loading class."""
+    names = [base.__name__ for base in model.__mro__]
     expected = next((_OUTPUTS[name] for name in names if name in _OUTPUTS), None)
     if expected is None or expected in hparams:
         return
@@ -179,11 +180,12 @@ def read_for_load(
     hparams_key: str,
     overrides: dict[str, Any],
     *,
-    model: type | None = None,
+    model: type,
 ) -> str | Path | IO[bytes]:
     """Read ``checkpoint_path`` once with ``weights_only=True`` and check it
     (:func:`check_before_load`); returns what to hand Lightning's loader: the local
     path, or the checkpoint in memory (a URL or a stream is never read twice).
+    ``model`` is the loading class.
 
     ``overrides`` are ``load_from_checkpoint``'s keyword arguments; its
     ``weights_only`` is removed from them.
