@@ -8,7 +8,7 @@ recomputed.
 from __future__ import annotations
 
 import contextlib
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -81,13 +81,25 @@ class ProjectionCache(nn.Module):
         return not self.training and not grads
 
 
+class _TensorKey(NamedTuple):
+    """What the cache keeps of a tensor of the key: its layout, version counter and
+    storage, and on the CPU a copy of its values (``None`` elsewhere)."""
+
+    dtype: torch.dtype
+    device: torch.device
+    shape: torch.Size
+    version: int
+    storage: int
+    values: Tensor | None
+
+
 def _snapshot(item: object) -> object:
-    """What the cache keeps of a key's item: a tensor's dtype, device, shape, version
-    counter and storage, and on the CPU a copy of its values; anything else as it is."""
+    """A key item as the cache keeps it: a tensor as a :class:`_TensorKey`, anything
+    else as it is."""
     if not isinstance(item, Tensor):
         return item
     values = item.detach().clone() if item.device.type == "cpu" else None
-    return (item.dtype, item.device, item.shape, item._version, item.data_ptr(), values)
+    return _TensorKey(item.dtype, item.device, item.shape, item._version, item.data_ptr(), values)
 
 
 def _same_key(key: tuple[object, ...], cached: tuple[object, ...] | None) -> bool:
@@ -102,12 +114,13 @@ def _same_key(key: tuple[object, ...], cached: tuple[object, ...] | None) -> boo
             if item != old:
                 return False
             continue
-        if not isinstance(old, tuple) or old[:3] != (item.dtype, item.device, item.shape):
+        if not isinstance(old, _TensorKey):
             return False
-        values = old[5]
-        if isinstance(values, Tensor):
-            if not torch.equal(item.detach(), values):
+        if (old.dtype, old.device, old.shape) != (item.dtype, item.device, item.shape):
+            return False
+        if old.values is not None:
+            if not torch.equal(item.detach(), old.values):
                 return False
-        elif old[3:5] != (item._version, item.data_ptr()):
+        elif (old.version, old.storage) != (item._version, item.data_ptr()):
             return False
     return True
