@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import lightning as L
 import numpy as np
 import pytest
 import scipy.sparse
@@ -647,7 +646,7 @@ def test_di_statistics_take_integer_one_hot_targets() -> None:
         assert torch.equal(torch.as_tensor(value), torch.as_tensor(getattr(want, name))), name
 
 
-def test_a_batch_that_is_not_a_tuple_is_named() -> None:
+def test_a_batch_that_is_not_a_tuple_is_named(make_trainer: Callable[..., Any]) -> None:
     model = KernelClassifier(NystromLayer(4, 6, seed=0), num_classes=3)
     with pytest.raises(TypeError, match=r"a batch must be a tuple \(x, y, \.\.\.\).*got 'dict'"):
         model.training_step({"x": X, "y": Y}, 0)
@@ -655,15 +654,8 @@ def test_a_batch_that_is_not_a_tuple_is_named() -> None:
         model.validation_step((X,), 0)
     # fit draws the landmarks from the first batches before any step: named there too
     rows = [{"x": X[i], "y": int(Y[i])} for i in range(len(Y))]
-    trainer = L.Trainer(
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
     with pytest.raises(TypeError, match=r"a batch must be a tuple \(x, \.\.\.\).*got 'dict'"):
-        trainer.fit(model, DataLoader(rows, batch_size=20))
+        make_trainer(max_epochs=1).fit(model, DataLoader(rows, batch_size=20))
     regressor = KernelRegressor(NystromLayer(4, 6, seed=0))
     with pytest.raises(TypeError, match=r"KernelRegressor: a batch must be a tuple \(x, \.\.\.\)"):
         regressor.predict_step({"x": X}, 0)
