@@ -681,7 +681,8 @@ def _huge() -> np.ndarray:
         (
             {"y_test": np.r_[np.arange(9) % 2, 2.5]},
             ValueError,
-            r"argument 'y_test' must be integers >= 0, got values in \[0.0, 2.5\]",
+            r"argument 'y_test' must be integers >= 0, got values in \[0.0, 2.5\] "
+            r"\(regression targets: pass float_targets=True\)",
         ),
         (
             {"pixel_max": 0},

@@ -146,6 +146,17 @@ def test_metrics_agree_with_the_float64_reference(make_trainer: Callable[..., L.
     assert result["test/rmse"] == pytest.approx(rmse, rel=1e-4)
 
 
+def test_a_test_split_of_one_row_is_named(make_trainer: Callable[..., L.Trainer]) -> None:
+    x, y = make_friedman1(n_samples=301, noise=0.5, random_state=0)
+    data = TensorDataModule(
+        x[:300], y[:300], x[300:], y[300:], float_targets=True, batch_size=100, val_fraction=0.0
+    )
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(_model(), data)
+    with pytest.raises(ValueError, match=r"R² of the test rows needs at least 2 rows, got 1"):
+        trainer.test(trainer.lightning_module, data, verbose=False)
+
+
 def test_checkpoint_round_trip_predicts_identically(
     make_trainer: Callable[..., L.Trainer], tmp_path: Path
 ) -> None:

@@ -51,7 +51,9 @@ def check_feature_values(owner: str, what: str, x: np.ndarray) -> None:
         )
 
 
-def check_label_values(owner: str, what: str, y: np.ndarray, num_classes: int | None) -> None:
+def check_label_values(
+    owner: str, what: str, y: np.ndarray, num_classes: int | None, hint: str = ""
+) -> None:
     """Raise unless ``y`` holds integers in ``[0, num_classes)`` (or ``>= 0`` when ``None``).
 
     Args:
@@ -59,6 +61,7 @@ def check_label_values(owner: str, what: str, y: np.ndarray, num_classes: int | 
         what: what ``y`` is, for messages.
         y (np.ndarray[N]): labels.
         num_classes: number of classes, or ``None`` to check only for non-negative integers.
+        hint: appended to the message of labels out of range.
 
     Raises:
         TypeError: not a real dtype (strings, objects, complex, datetime).
@@ -77,7 +80,7 @@ def check_label_values(owner: str, what: str, y: np.ndarray, num_classes: int | 
     if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)) or y.min() < 0 or y.max() >= high:
         expected = "integers >= 0" if num_classes is None else f"integers in [0, {num_classes})"
         raise ValueError(
-            f"{owner}: {what} must be {expected}, got values in [{y.min()}, {y.max()}]"
+            f"{owner}: {what} must be {expected}, got values in [{y.min()}, {y.max()}]{hint}"
         )
 
 

@@ -20,6 +20,10 @@ from kernel_layers.data.splits import (
 __all__ = ["TensorDataModule"]
 
 
+#: How to pass regression targets, told where class labels are not integers.
+_REGRESSION_HINT = " (regression targets: pass float_targets=True)"
+
+
 class TensorDataModule(ArrayDataModule):
     """Data module over arrays already in memory (generated data, user data, tests).
 
@@ -95,7 +99,9 @@ class TensorDataModule(ArrayDataModule):
             self.num_targets = int(targets[0].shape[1])
         else:
             for name, array in zip(("y_train", "y_test"), arrays[1::2], strict=True):
-                check_label_values(self._name, f"argument {name!r}", array, num_classes)
+                check_label_values(
+                    self._name, f"argument {name!r}", array, num_classes, _REGRESSION_HINT
+                )
         self._arrays: RawArrays = (arrays[0], arrays[1], arrays[2], arrays[3])
         self.input_shape = tuple(int(s) for s in arrays[0].shape[1:])
         self.in_features = int(np.prod(self.input_shape))

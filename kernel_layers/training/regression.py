@@ -34,14 +34,27 @@ __all__ = ["KEEP_BEST", "KernelRegressor"]
 KEEP_BEST = ("val/r2",)
 
 
-def _metrics() -> MetricCollection:
-    """R² (averaged uniformly over the targets) and the RMSE over every entry."""
-    return MetricCollection(
-        {
-            "r2": R2Score(multioutput="uniform_average"),
-            "rmse": MeanSquaredError(squared=False),
-        }
-    )
+class _RowCountedR2(R2Score):
+    """torchmetrics' ``R2Score`` that names the split when it has fewer than 2 rows."""
+
+    def __init__(self, split: str) -> None:
+        super().__init__(multioutput="uniform_average")
+        self.split = split
+
+    def compute(self) -> Tensor:
+        rows = int(self.total)  # all processes' rows: compute runs after the sync
+        if rows < 2:
+            raise ValueError(
+                f"KernelRegressor: R² of the {self.split} rows needs at least 2 rows, got "
+                f"{rows}; give the {self.split} split more rows"
+            )
+        return super().compute()
+
+
+def _metrics(split: str) -> MetricCollection:
+    """R² (averaged uniformly over the targets) and the RMSE over every entry of the
+    ``split`` (``"validation"``, ``"test"``) rows."""
+    return MetricCollection({"r2": _RowCountedR2(split), "rmse": MeanSquaredError(squared=False)})
 
 
 class KernelRegressor(KernelModule):
@@ -150,8 +163,8 @@ class KernelRegressor(KernelModule):
             check_choice(owner, "keep_best", keep_best, KEEP_BEST)
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self._build(kernel_layer, backbone, given, num_outputs=num_targets, head_rho=head_rho)
-        self.val_metrics = _metrics().clone(prefix="val/")
-        self.test_metrics = _metrics().clone(prefix="test/")
+        self.val_metrics = _metrics("validation").clone(prefix="val/")
+        self.test_metrics = _metrics("test").clone(prefix="test/")
 
     def choose_rho(self, batches: float) -> float:
         """DI's ridge parameter when ``rho`` is not given: the read-out's penalty shared
