@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 from types import SimpleNamespace
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -23,7 +24,9 @@ from formats import (
     write_idx_labels,
     write_letter,
 )
+from lightning.pytorch.loggers import CSVLogger
 
+from kernel_layers import KernelClassifier, KernelRegressor, NystromLayer
 from kernel_layers.data import (
     COVTYPE_TEST_SIZE,
     COVTYPE_TRAIN_SIZE,
@@ -480,6 +483,26 @@ def test_tensor_data_module_infers_shapes() -> None:
         bad = x[:50].clone()
         bad[0, 0, 0] = float("nan")
         TensorDataModule(bad, y[:50], x[50:], y[50:]).setup()
+
+
+@pytest.mark.parametrize("float_targets", [False, True])
+def test_tensor_data_module_fits_under_a_logger(float_targets: bool, tmp_path: Path) -> None:
+    # A logger merges the data module's hyperparameters with the module's: the inferred
+    # num_classes must be the one in use, not None.
+    x = torch.rand(90, 3)
+    y = (x[:, 0] * 3).floor().long()
+    y_fit = y.float() if float_targets else y
+    dm = TensorDataModule(x[:60], y_fit[:60], x[60:], y_fit[60:], batch_size=20,
+                          float_targets=float_targets)  # fmt: skip
+    layer = NystromLayer(3, 8, gamma=1.0)
+    module: L.LightningModule = (
+        KernelRegressor(layer) if float_targets else KernelClassifier(layer, num_classes=3)
+    )
+    trainer = L.Trainer(max_epochs=1, logger=CSVLogger(tmp_path), enable_progress_bar=False,
+                        enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(module, dm)
+    assert dm.hparams["num_classes"] == (None if float_targets else 3)
+    assert (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").is_file()
 
 
 def test_batched_getitems_matches_indexing() -> None:

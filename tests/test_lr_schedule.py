@@ -11,7 +11,8 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 from sklearn.datasets import make_classification
 from torch import nn
 
@@ -110,6 +111,46 @@ def test_cosine_resumes_where_it_stopped(
         path, backbone=nn.Sequential(nn.Linear(6, 4), nn.Tanh())
     )
     assert loaded.hparams["lr_schedule"] == "cosine"
+
+
+class LoggedRates(Logger):
+    """The ``lr`` the module logged, by epoch (``log_every_n_steps=1``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rates: dict[int, float] = {}
+
+    @property
+    def name(self) -> str:
+        return "rates"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if "lr" in metrics:
+            self.rates[int(metrics["epoch"])] = metrics["lr"]
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def test_lr_is_logged_for_an_epoch_resumed_mid_way(
+    tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    # 5 batches an epoch; the checkpoint of step 7 is 2 batches into epoch 1, whose
+    # on_train_epoch_start Lightning does not run again on resuming.
+    saver = ModelCheckpoint(tmp_path, every_n_train_steps=7, save_top_k=-1)
+    first = make_trainer([saver], max_epochs=3, max_steps=7, enable_checkpointing=True)
+    first.fit(_model("classifier", lr_schedule="cosine"), _data())
+    logged = LoggedRates()
+    second = make_trainer(max_epochs=3, logger=logged)
+    path = tmp_path / "epoch=1-step=7.ckpt"
+    second.fit(_model("classifier", lr_schedule="cosine"), _data(), ckpt_path=path)
+    assert sorted(logged.rates) == [1, 2]
+    for epoch in (1, 2):
+        assert logged.rates[epoch] == pytest.approx(_cosine(LR, epoch, 3), rel=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["classifier", "regressor"])

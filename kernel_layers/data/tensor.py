@@ -112,6 +112,10 @@ class TensorDataModule(ArrayDataModule):
         else:
             self.num_classes = self._infer_classes(arrays[1], arrays[3])
         self.pixel_max = None if pixel_max is None else float(pixel_max)
+        if not float_targets:
+            # The hyperparameters hold the classes in use, inferred or given: a logger
+            # merges them with the module's and refuses a ``num_classes`` of another value.
+            num_classes = self.num_classes
         self._save_options(ignore=["x_train", "y_train", "x_test", "y_test"])
 
     def _as_array(self, name: str, value: object) -> np.ndarray:

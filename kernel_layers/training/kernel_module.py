@@ -109,6 +109,7 @@ class KernelModule(LightningModule):
         # Whether init_map_from_data ran (the name predates the contract: checkpoints).
         self.register_buffer("landmarks_initialised", torch.tensor(False))
         self.guard = DivergenceGuard(owner, kernel_layer.in_features)
+        self._lr_logged_epoch = -1  # the epoch whose ``lr`` was logged in this run
         #: DI batches skipped as too small: the epochs' short last batches (one warning).
         self.short_batches_skipped = 0
         self.head_tracker = ReadoutTracker()
@@ -272,7 +273,12 @@ class KernelModule(LightningModule):
         prox = partial(model_prox_step, self, optimizer)
         self.guard.step(self, optimizer, optimizer_closure, batch_idx, prox, self._world_size)
 
-    def on_train_epoch_start(self) -> None:
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # ``lr`` once per epoch, at its first batch of this run: an epoch resumed mid-way
+        # runs no ``on_train_epoch_start``.
+        if self._lr_logged_epoch == self.current_epoch:
+            return
+        self._lr_logged_epoch = self.current_epoch
         groups = [g for opt in self.trainer.optimizers for g in opt.param_groups]
         if groups:
             self.log("lr", float(groups[0]["lr"]), on_step=False, on_epoch=True)
@@ -292,6 +298,7 @@ class KernelModule(LightningModule):
         return rho_for_epoch(batches)
 
     def on_train_start(self) -> None:
+        self._lr_logged_epoch = -1
         if self.trainer.ckpt_path is None:  # a new fit: an earlier fit's sums are not its own
             self.di_epoch_index.fill_(-1)
         # The buffer may come from a checkpoint: read it once here, not in a step.
