@@ -8,11 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from kernel_layers import EnsembleNystrom, FourierLayer, KernelClassifier, NystromLayer
+from kernel_layers import (
+    EnsembleNystrom,
+    FourierLayer,
+    KernelClassifier,
+    KernelRegressor,
+    NystromLayer,
+)
 from kernel_layers.data import TensorDataModule
 from kernel_layers.training.backbones import MLP, SmallCNN
 
@@ -120,6 +127,28 @@ def test_float64_layer_is_rebuilt_in_float64(tmp_path: Path) -> None:
     loaded = KernelClassifier.load_from_checkpoint(path)
     assert loaded.kernel_layer.landmarks.dtype == torch.float64
     assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
+
+
+def test_numpy_scalar_settings_are_recorded_as_python_numbers(tmp_path: Path) -> None:
+    # A hyper-parameter sweep hands NumPy scalars; weights_only loads refuse them.
+    layer = NystromLayer(D, np.int64(10), gamma=np.float64(0.5))
+    options = {"lr": np.float64(0.01), "rho": np.float32(0.1), "head_rho": np.float64(0.2)}
+    model = KernelClassifier(layer, num_classes=np.int64(CLASSES), **options)
+    _fit_and_save(model, tmp_path / "m.ckpt", _data())
+    loaded = KernelClassifier.load_from_checkpoint(tmp_path / "m.ckpt")
+    recorded = {k: loaded.hparams[k] for k in ("num_classes", "lr", "rho", "head_rho")}
+    assert recorded == {
+        "num_classes": CLASSES,
+        "lr": 0.01,
+        "rho": pytest.approx(0.1),
+        "head_rho": 0.2,
+    }
+    assert {type(v) for v in recorded.values()} == {int, float}
+    regressor = KernelRegressor(NystromLayer(D, 10, gamma=0.5), num_targets=np.int64(1),
+                                lr=np.float64(0.01))  # fmt: skip
+    torch.save({"state_dict": regressor.state_dict(), "hyper_parameters": dict(regressor.hparams),
+                "pytorch-lightning_version": L.__version__}, tmp_path / "r.ckpt")  # fmt: skip
+    assert type(KernelRegressor.load_from_checkpoint(tmp_path / "r.ckpt").hparams["lr"]) is float
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from kernel_layers import (
     discriminant_information,
     nystrom_discriminant_information,
 )
+from kernel_layers.training.heads import RidgeHead
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -68,6 +69,20 @@ def test_backbone_in_bf16_autocast_trains_kernel_layer_in_float32(device: torch.
     (-di).backward()
     assert torch.isfinite(model.backbone.weight.grad).all()
     assert model.backbone.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_ridge_read_out_under_autocast_scores_in_float32(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(0)
+    features, targets = torch.rand(50, 12, generator=g), torch.rand(50, 2, generator=g) + 1e3
+    head = RidgeHead(12, 2, rho=0.1)
+    head.update(features, targets)
+    head.fit()
+    reference = features.double() @ head.weight.double() + head.bias.double()
+    with torch.autocast("cpu", dtype=dtype):
+        scores = head(features)
+    assert scores.dtype == torch.float32
+    torch.testing.assert_close(scores.double(), reference, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("layer_cls", [FourierLayer, NystromLayer])

@@ -26,10 +26,13 @@ from kernel_layers.training.heads import GCV_GRID, GCVRidgeHead, gcv_penalty
 J = 40
 
 
-def _data(rows: int = 900, targets: int = 1, **options: object) -> TensorDataModule:
+def _data(
+    rows: int = 900, targets: int = 1, offset: float = 0.0, **options: object
+) -> TensorDataModule:
     x, y = make_friedman1(n_samples=rows, noise=0.5, random_state=0)
     if targets == 2:
         y = np.stack([y, np.sin(3 * x[:, 0]) * 10.0], 1)
+    y = y + offset
     cut = rows * 2 // 3
     kwargs = {"batch_size": 200, "val_fraction": 0.0, **options}
     return TensorDataModule(x[:cut], y[:cut], x[cut:], y[cut:], float_targets=True, **kwargs)
@@ -131,8 +134,12 @@ def test_trained_regressor_beats_the_untrained_map(
     assert result["test/rmse"] < baseline["test/rmse"]
 
 
-def test_metrics_agree_with_the_float64_reference(make_trainer: Callable[..., L.Trainer]) -> None:
-    data = _data(targets=2)
+@pytest.mark.parametrize("offset", [0.0, 1e5], ids=["centred", "offset"])
+def test_metrics_agree_with_the_float64_reference(
+    offset: float, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    # Targets far from zero against their spread: float32 sums of squares would cancel.
+    data = _data(targets=2, offset=offset)
     model = _model(targets=2)
     result = make_trainer().test(model, data, verbose=False)[0]
     data.setup()

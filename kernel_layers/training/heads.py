@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from kernel_layers._validation import check_int, check_labels, check_matrix, check_positive
 from kernel_layers.numerics.linalg import robust_cholesky
-from kernel_layers.numerics.precision import SOLVE_DTYPE
+from kernel_layers.numerics.precision import SOLVE_DTYPE, autocast_off
 from kernel_layers.objectives.statistics import DIStatistics, di_statistics, merge_statistics
 
 __all__ = [
@@ -198,7 +198,10 @@ class RidgeHead(nn.Module):
                 f"{type(self).__name__}: argument 'features' must have shape "
                 f"[B, {self.in_features}], got {list(features.shape)}"
             )
-        return torch.addmm(self.bias.to(features.dtype), features, self.weight.to(features.dtype))
+        with autocast_off(features):  # the read-out never runs in low precision
+            return torch.addmm(
+                self.bias.to(features.dtype), features, self.weight.to(features.dtype)
+            )
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, num_outputs={self.num_outputs}, rho={self.rho}"

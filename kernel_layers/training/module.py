@@ -172,7 +172,7 @@ class KernelClassifier(KernelModule):
             lr_schedule=lr_schedule,
             keep_best=keep_best,
         )
-        preflight.check_scalars(
+        numbers = preflight.check_scalars(
             owner,
             outputs=("num_classes", num_classes),
             positive={"lr": lr},
@@ -180,6 +180,10 @@ class KernelClassifier(KernelModule):
             flags={"init_landmarks": init_landmarks, "return_scores": return_scores},
             approximation_rows=approximation_rows,
         )
+        # The checked values, Python numbers, are the ones recorded below.
+        num_classes, lr = numbers["num_classes"], numbers["lr"]
+        backbone_lr, rho, head_rho = numbers["backbone_lr"], numbers["rho"], numbers["head_rho"]
+        approximation_rows = numbers["approximation_rows"]
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self._build(
             kernel_layer,

@@ -234,22 +234,29 @@ def check_scalars(
     optional_positive: dict[str, object],
     flags: dict[str, object],
     approximation_rows: object,
-) -> None:
+) -> dict[str, Any]:
     """The one-value argument checks of the kernel modules: ``outputs``, the name and
     value of ``num_classes >= 2`` (a classifier) or ``num_targets >= 1`` (a regressor), each of
     ``positive`` (and each of ``optional_positive`` but ``None``) a finite number > 0,
     each of ``flags`` a bool, ``approximation_rows >= 0``.
 
+    Returns:
+        Every checked number by name as a Python ``int`` or ``float`` (a NumPy scalar
+        given is not one: the hyper-parameters and ``weights_only`` checkpoints hold
+        these), ``None`` kept.
+
     Raises:
         TypeError | ValueError: naming the argument, the expectation and the value.
     """
     name, value = outputs
-    check_int(owner, name, value, minimum=2 if name == "num_classes" else 1)
+    numbers: dict[str, Any] = {
+        name: check_int(owner, name, value, minimum=2 if name == "num_classes" else 1),
+        "approximation_rows": check_int(owner, "approximation_rows", approximation_rows, minimum=0),
+    }
     for name, value in positive.items():
-        check_positive(owner, name, value)
+        numbers[name] = check_positive(owner, name, value)
     for name, value in optional_positive.items():
-        if value is not None:
-            check_positive(owner, name, value)
+        numbers[name] = None if value is None else check_positive(owner, name, value)
     for name, value in flags.items():
         check_bool(owner, name, value)
-    check_int(owner, "approximation_rows", approximation_rows, minimum=0)
+    return numbers

@@ -151,7 +151,7 @@ class KernelRegressor(KernelModule):
             check_every_choices=CHECK_EVERY,
             lr_schedule=lr_schedule,
         )
-        preflight.check_scalars(
+        numbers = preflight.check_scalars(
             owner,
             outputs=("num_targets", num_targets),
             positive={"lr": lr},
@@ -161,6 +161,10 @@ class KernelRegressor(KernelModule):
         )
         if keep_best is not None:
             check_choice(owner, "keep_best", keep_best, KEEP_BEST)
+        # The checked values, Python numbers, are the ones recorded below.
+        num_targets, lr = numbers["num_targets"], numbers["lr"]
+        backbone_lr, rho, head_rho = numbers["backbone_lr"], numbers["rho"], numbers["head_rho"]
+        approximation_rows = numbers["approximation_rows"]
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self._build(kernel_layer, backbone, given, num_outputs=num_targets, head_rho=head_rho)
         self.val_metrics = _metrics("validation").clone(prefix="val/")
@@ -220,7 +224,9 @@ class KernelRegressor(KernelModule):
         x, y = batch_parts(type(self).__name__, batch, 2)
         with named_batch_errors(split, batch_idx):
             y = self.check_targets(y)
-        prediction = self.predict(self(x)).to(y.dtype)
+        # In float64: R²'s sum of squares about the mean cancels in float32 for targets
+        # whose mean is large against their spread.
+        prediction, y = self.predict(self(x)).double(), y.double()
         if self.hparams["num_targets"] == 1:
             prediction, y = prediction[:, 0], y[:, 0]
         metrics["r2"].update(prediction, y)
