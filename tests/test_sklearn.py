@@ -266,6 +266,29 @@ def test_predict_proba_is_the_tempered_softmax_minimising_loo_log_loss() -> None
     assert (proba.argmax(1) == clf.predict(x)).all()
 
 
+def test_temperature_of_separable_rows_minimises_the_smoothed_loo_log_loss() -> None:
+    from scipy.special import log_softmax
+    from sklearn.datasets import make_blobs
+    from sklearn.linear_model import Ridge
+
+    x, y = make_blobs(60, centers=[[0, 0], [6, 0], [0, 6]], cluster_std=0.5, random_state=0)
+    clf = DIClassifier(20, max_epochs=0, random_state=0).fit(x, y)
+    assert clf.readout_.loo_accuracy == 1.0  # one-hot targets would send T to its bound
+    features, targets = clf.features_.transform(x), np.eye(3)[y] * 2 - 1
+    loo = np.stack([
+        Ridge(alpha=clf.readout_.alpha).fit(np.delete(features, i, 0), np.delete(targets, i, 0))
+        .predict(features[i : i + 1])[0]
+        for i in range(len(y))
+    ])  # fmt: skip
+    spared = 1.0 / (np.bincount(y)[y] + 2.0)
+    soft = np.where(np.eye(3)[y] == 1, 1.0 - spared[:, None], spared[:, None] / 2)
+    grid = np.exp(np.linspace(np.log(1e-2), np.log(1e2), 40001))
+    losses = [-(soft * log_softmax(loo / t, axis=1)).sum(1).mean() for t in grid]
+    expected = grid[int(np.argmin(losses))]
+    assert 0.05 < expected < 50.0
+    assert clf.readout_.temperature == pytest.approx(expected, rel=1e-3)
+
+
 def test_string_labels_come_back_as_strings() -> None:
     x, y = _digits(300)
     names = np.array(list("abcdefghij"))[y]

@@ -1,6 +1,6 @@
 """The ridge read-out of :class:`~kernel_layers.sklearn.DIClassifier`: its penalty chosen
 by closed-form leave-one-out, its scores turned into probabilities by a temperature fitted
-on the leave-one-out scores.
+on the leave-one-out scores (against Platt's smoothed targets).
 
 For features ``Phi [N, J]`` centred by their training means and ``{-1, +1}`` targets
 ``Y [N, L]`` (scikit-learn's ``RidgeClassifier`` coding), one eigendecomposition
@@ -62,13 +62,30 @@ class LooRidge:
         return np.exp(log_softmax(self.scores(features) / self.temperature, axis=1))
 
 
+def smoothed_targets(codes: torch.Tensor, classes: int) -> torch.Tensor:
+    """Platt's smoothed targets ``[N, L]`` of labels ``codes [N]``: a row of a class of
+    ``n`` rows is that class with probability ``(n + 1) / (n + 2)``, the rest shared
+    equally by the other classes.
+
+    The log-loss against one-hot targets of scores that classify every row right keeps
+    falling as the temperature goes to 0; against these it has a finite minimum, so the
+    probabilities stay as confident as ``n`` rows can show, not infinitely.
+    """
+    counts = torch.bincount(codes, minlength=classes).to(torch.float64)
+    spared = 1.0 / (counts[codes] + 2.0)  # [N]
+    targets = (spared / (classes - 1))[:, None].expand(-1, classes).clone()
+    targets[torch.arange(len(codes)), codes] = 1.0 - spared
+    return targets
+
+
 def _temperature(scores: torch.Tensor, codes: torch.Tensor) -> float:
-    """The ``T`` minimising the mean log-loss of ``softmax(scores / T)``, ``T`` searched
-    in ``[1e-2, 1e2]`` on a log scale."""
+    """The ``T`` minimising the mean log-loss of ``softmax(scores / T)`` against
+    :func:`smoothed_targets`, ``T`` searched in ``[1e-2, 1e2]`` on a log scale."""
+    targets = smoothed_targets(codes, scores.shape[1])
 
     def loss(log_t: float) -> float:
         tempered = scores / float(np.exp(log_t))
-        return float(torch.nn.functional.cross_entropy(tempered, codes))
+        return float(torch.nn.functional.cross_entropy(tempered, targets))
 
     found = minimize_scalar(loss, bounds=(np.log(1e-2), np.log(1e2)), method="bounded")
     return float(np.exp(found.x))
