@@ -289,6 +289,30 @@ def test_temperature_of_separable_rows_minimises_the_smoothed_loo_log_loss() -> 
     assert clf.readout_.temperature == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.parametrize("map_", ["nystrom", "fourier"])
+@pytest.mark.parametrize("unit", [1e-9, 1e-3, 1e4])
+def test_inputs_in_another_unit_train_the_same_map_in_that_unit(map_: str, unit: float) -> None:
+    # Adam's steps follow the range of X: landmarks scale with it, frequencies inversely,
+    # so every held-out score, prediction and probability is the same in any unit.
+    x, y = _digits(300)
+    options = {"map": map_, "max_epochs": 4, "n_iter_no_change": 10, "random_state": 0}
+    base = DIClassifier(40, **options).fit(x, y)
+    scaled = DIClassifier(40, **options).fit(x * unit, y)
+    assert scaled.features_.best_epoch_ == base.features_.best_epoch_ > 0
+    np.testing.assert_allclose(
+        scaled.features_.validation_scores_, base.features_.validation_scores_, rtol=1e-9
+    )
+    if map_ == "nystrom":
+        moved, expected = scaled.features_.layer_.landmarks, base.features_.layer_.landmarks * unit
+    else:
+        moved, expected = (
+            scaled.features_.layer_.frequencies,
+            base.features_.layer_.frequencies / unit,
+        )
+    np.testing.assert_allclose(moved.detach().numpy(), expected.detach().numpy(), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(scaled.predict_proba(x * unit), base.predict_proba(x), atol=1e-6)
+
+
 def test_string_labels_come_back_as_strings() -> None:
     x, y = _digits(300)
     names = np.array(list("abcdefghij"))[y]

@@ -35,6 +35,7 @@ from kernel_layers.sklearn.training import (
     DEFAULT_LR,
     DEFAULT_MAX_EPOCHS,
     TrainResult,
+    data_extent,
     default_components,
     split_rows,
     train_map,
@@ -249,6 +250,7 @@ def learn_map(
             generator=torch.Generator().manual_seed(seed),
             score=score,
             n_iter_no_change=estimator.n_iter_no_change,
+            unit=data_extent(X),
         )
     estimator.layer_ = layer.eval()
     estimator.n_components_ = layer.out_features
@@ -279,7 +281,10 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             untrained map); the DI paper's rule (see the module) usually stops earlier.
         batch_size: rows per DI step, larger than ``n_components``; ``None``:
             ``max(1000, 2 J)``; capped at the training rows.
-        lr: Adam's learning rate.
+        lr: Adam's learning rate for rows of extent 1 (min-max scaled): the steps of
+            landmarks (frequencies) are multiplied (divided) by the range of ``X``'s
+            values (:func:`~kernel_layers.sklearn.training.adam_groups`), so that ``X``
+            in any unit trains the same map in that unit.
         rho: DI's ridge parameter; ``None``: chosen from the batches of an epoch by
             :func:`~kernel_layers.selection.rho.rho_for_epoch` (``0.1`` below 8, the DI
             paper's ``1e-4`` from 8 on), as ``KernelClassifier(rho=None)`` chooses it.

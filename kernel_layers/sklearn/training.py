@@ -38,6 +38,8 @@ __all__ = [
     "DEFAULT_MAX_EPOCHS",
     "PATIENCE",
     "TrainResult",
+    "adam_groups",
+    "data_extent",
     "default_components",
     "split_rows",
     "train_map",
@@ -56,6 +58,37 @@ DEFAULT_MAX_EPOCHS = 100
 DEFAULT_LR = 1e-2
 #: Epochs without a better mean DI before the learning rate is multiplied by 0.1.
 PATIENCE = 3
+
+#: The power of the inputs' unit each learnable parameter of a map is measured in:
+#: landmarks are points among the rows, frequencies their inverse; phases and log
+#: bandwidths have none.
+UNIT_POWERS = {"landmarks": 1, "frequencies": -1}
+#: Adam's ``eps`` for a parameter of no unit (its default).
+ADAM_EPS = 1e-8
+
+
+def adam_groups(layer: KernelFeatureMap, lr: float, unit: float) -> list[dict[str, Any]]:
+    """Adam's parameter groups for ``layer`` trained on rows of extent ``unit``: a
+    parameter in the inputs' unit to the power ``p`` (:data:`UNIT_POWERS`) takes
+    ``lr * unit**p`` and ``eps * unit**-p``. Adam's steps are then the same fraction of
+    the data's extent in any unit: rows multiplied by ``c`` train a map whose
+    landmarks are ``c`` times (frequencies ``1 / c`` times) those of the rows as given.
+    """
+    powers: dict[int, list[torch.nn.Parameter]] = {}
+    for name, parameter in layer.named_parameters():
+        powers.setdefault(UNIT_POWERS.get(name.rpartition(".")[2], 0), []).append(parameter)
+    return [
+        {"params": params, "lr": lr * unit**power, "eps": ADAM_EPS * unit**-power}
+        for power, params in sorted(powers.items())
+    ]
+
+
+def data_extent(x: np.ndarray) -> float:
+    """The extent of the rows ``x [N, D]``, the unit of :func:`adam_groups`: the range of
+    all their values (``1`` for min-max scaled rows, and for constant ones)."""
+    extent = float(x.max() - x.min()) if x.size else 0.0
+    return extent if extent > 0.0 and np.isfinite(extent) else 1.0
+
 
 #: A held-out score: the map -> a tuple compared lexicographically (higher is better).
 Score = Callable[[KernelFeatureMap], tuple[float, ...]]
@@ -147,6 +180,7 @@ def train_map(
     generator: torch.Generator,
     score: Score | None = None,
     n_iter_no_change: int = 5,
+    unit: float = 1.0,
 ) -> TrainResult:
     """Train ``layer`` in place by Adam on ``-DI`` of shuffled batches of ``batch`` rows.
 
@@ -164,11 +198,13 @@ def train_map(
             last epoch is kept.
         n_iter_no_change: with a ``score``, stop after this many epochs without a better
             one.
+        unit: the extent of the rows (:func:`data_extent`), which scales each parameter's
+            step (:func:`adam_groups`).
 
     Returns:
         TrainResult: the histories and the epoch kept (its parameters are in ``layer``).
     """
-    optimizer = torch.optim.Adam(layer.parameters(), lr=lr)
+    optimizer = torch.optim.Adam(adam_groups(layer, lr, unit))
     loop: Any = _EpochLoop(optimizer)  # read by the callbacks as their Trainer
     decay = PlateauDecay(patience=PATIENCE, verbose=False)
     stop = DISaturationStopping()
