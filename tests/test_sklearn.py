@@ -97,6 +97,9 @@ def test_small_data_gets_a_j_and_batch_that_train_and_says_so(map_: str) -> None
             100, map=map_, gamma=0.05, max_epochs=30, validation_fraction=None, random_state=0
         ).fit(x, y)
     assert fitted.n_components_ == 25 and fitted.batch_size_ == 50
+    with pytest.warns(UserWarning, match="n_components=100 with a batch") as caught:
+        DIClassifier(100, map=map_, max_epochs=1, validation_fraction=None).fit(x, y)
+    assert caught[0].filename == __file__  # the user's line, through DIClassifier
     assert fitted.transform(x).shape == (50, 25)
     history = fitted.di_history_
     assert history[0] < classes - 1 - 0.5  # not saturated at L - 1 from the start
@@ -368,6 +371,12 @@ def test_features_name_their_outputs_and_take_set_output() -> None:
         ),
         ({"C": 0.0}, ValueError, "argument 'C' must be a finite number > 0"),
         ({"n_components": 0}, ValueError, "argument 'n_components' must be an integer >= 1"),
+        ({"kernel": "gausian"}, ValueError, r"argument 'kernel' must be one of \['cauchy'"),
+        (
+            {"kernel": "linear", "map": "fourier"},
+            ValueError,
+            r"argument 'kernel' must have a spectral law .*got 'linear'",
+        ),
     ],
 )
 def test_bad_classifier_parameters_are_named_at_fit(params, error, match) -> None:

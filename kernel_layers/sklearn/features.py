@@ -24,6 +24,7 @@ from kernel_layers._validation import (
     check_positive,
     check_torch_device,
 )
+from kernel_layers.kernels.registry import get_kernel
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
@@ -100,6 +101,7 @@ def check_params(estimator: Any) -> torch.device:
     if estimator.n_components is not None:
         j = check_int(owner, "n_components", estimator.n_components)
     check_choice(owner, "map", estimator.map, MAPS)
+    get_kernel(estimator.kernel, owner=owner, spectral=estimator.map == "fourier")
     check_int(owner, "max_epochs", estimator.max_epochs, minimum=0)
     if estimator.batch_size is not None:
         batch = check_int(owner, "batch_size", estimator.batch_size, minimum=2)

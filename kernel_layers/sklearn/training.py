@@ -18,6 +18,7 @@ starts to fit the training rows rather than the data.
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ __all__ = [
     "PATIENCE",
     "TrainResult",
     "adam_groups",
+    "caller_stacklevel",
     "data_extent",
     "default_components",
     "split_rows",
@@ -121,9 +123,21 @@ def train_sizes(owner: str, requested: int | None, rows: int, width: int | None)
         f"the batch is not well above n_components ({rows} training rows); "
         f"n_components_={chosen} and batch_size_={batch} are used",
         UserWarning,
-        stacklevel=3,
+        stacklevel=caller_stacklevel(),
     )
     return chosen, batch
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for which ``warnings.warn``, called by the function that calls
+    this one, names the first caller outside the ``kernel_layers`` package: the user's
+    line, through any of the estimators' layers."""
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+        "kernel_layers."
+    ):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def split_rows(
