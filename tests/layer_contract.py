@@ -100,6 +100,17 @@ class FeatureMapContract:
         x = torch.rand(3, IN_FEATURES, device=device)
         torch.testing.assert_close(fresh(x), layer(x))
 
+    def test_meta_build_then_to_empty_and_load_state_dict(self, device: torch.device) -> None:
+        """The deferred-initialisation route (Lightning's ``empty_init``, FSDP): a map
+        built on the meta device, given storage, then a state: the original's features."""
+        layer = self.layer_on(device)
+        with torch.device("meta"):
+            shell = self.make_layer(seed=99)
+        shell = shell.to_empty(device=device)
+        shell.load_state_dict(layer.state_dict())
+        x = torch.rand(4, IN_FEATURES, device=device)
+        torch.testing.assert_close(shell(x), layer(x))
+
     def test_pickle(self, device: torch.device) -> None:
         layer = self.layer_on(device)
         clone = pickle.loads(pickle.dumps(layer))

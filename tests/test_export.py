@@ -161,12 +161,15 @@ def test_torch_compile_full_graph_forward_and_backward(name: str, device: torch.
 
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::FutureWarning")
-@torch.no_grad()
-def test_torchscript_trace_matches_eager(layer: nn.Module) -> None:
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_torchscript_trace_matches_eager(layer: nn.Module, grad: bool) -> None:
+    # With grad on, the trace's check re-runs it without: both must take one path.
     x, x2 = _inputs()
-    traced = torch.jit.trace(layer, (x,))
-    torch.testing.assert_close(traced(x), layer(x), atol=ATOL, rtol=0)
-    torch.testing.assert_close(traced(x2), layer(x2), atol=ATOL, rtol=0)
+    with torch.set_grad_enabled(grad):
+        traced = torch.jit.trace(layer, (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), layer(x), atol=ATOL, rtol=0)
+        torch.testing.assert_close(traced(x2), layer(x2), atol=ATOL, rtol=0)
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")

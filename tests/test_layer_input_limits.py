@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kernel_layers import (
+    FastfoodLayer,
     FourierLayer,
     NystromLayer,
 )
@@ -53,6 +54,30 @@ def test_fourier_gamma_that_overflows_the_frequencies_is_refused() -> None:
         FourierLayer(4, 8, gamma=1e300)
     wide = FourierLayer(4, 8, gamma=1e300, dtype=torch.float64)
     assert torch.isfinite(wide(torch.rand(2, 4, dtype=torch.float64))).all()
+
+
+def test_fastfood_gamma_that_overflows_the_projections_is_refused() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"FastfoodLayer: argument 'gamma' must keep the projections V x of inputs in "
+        r"\[0, 1\] finite in torch.float32, got gamma=1e\+300",
+    ):
+        FastfoodLayer(4, 8, gamma=1e300)
+    wide = FastfoodLayer(4, 8, gamma=1e200, dtype=torch.float64)
+    assert torch.isfinite(wide(torch.rand(2, 4, dtype=torch.float64))).all()
+
+
+def test_kernel_params_are_read_only_and_gamma_is_checked_when_set() -> None:
+    layer = NystromLayer(4, 6, kernel="polynomial", kernel_params={"degree": 3}, seed=0)
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        layer.kernel_params["degree"] = 1  # type: ignore[index]
+    assert layer.get_config()["kernel_params"] == {"degree": 3, "coef0": 1.0}
+    with pytest.raises(
+        ValueError, match="NystromLayer: argument 'gamma' must be a finite number > 0"
+    ):
+        layer.gamma = -1.0
+    layer.gamma = 2  # an accepted value is stored as a float
+    assert layer.gamma == 2.0 and type(layer.gamma) is float
 
 
 @pytest.mark.parametrize("seed", [1.5, True, "1"])

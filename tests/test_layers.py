@@ -322,6 +322,11 @@ class TestFourierARDContract(LayerContract):
         return _build(FourierLayer, {"ard": True, "blocks": [2, 3], **kwargs})
 
 
+class TestFourierSeparableContract(LayerContract):
+    def make_layer(self, **kwargs: object) -> torch.nn.Module:
+        return _build(FourierLayer, {"ard": True, "blocks": [2, 3], "separable": True, **kwargs})
+
+
 class TestFourierSkewedContract(LayerContract):
     def make_layer(self, **kwargs: object) -> torch.nn.Module:
         return _build(

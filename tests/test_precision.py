@@ -119,6 +119,19 @@ def test_double_backward_refuses_instead_of_being_silently_wrong() -> None:
     assert torch.isfinite(grad).all()
 
 
+@pytest.mark.parametrize("kernel", ["cauchy", "chi2", "skewed_chi2"])
+def test_product_kernels_refuse_double_backward(kernel: str) -> None:
+    # A gradient penalty through a Linear in front: the closed-form backward would act
+    # as a constant and give wrong second derivatives.
+    layer = NystromLayer(3, 5, kernel=kernel, gamma=0.5, seed=0, dtype=torch.float64)
+    front = nn.Linear(3, 3, dtype=torch.float64)
+    x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"product kernels .*: double backward"):
+        torch.autograd.grad(layer(front(x).abs()).sum(), x, create_graph=True)
+    (grad,) = torch.autograd.grad(layer(front(x).abs()).sum(), x)  # first order still works
+    assert torch.isfinite(grad).all()
+
+
 def _covtype_like(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """CovType's layout: 10 continuous columns in [0, 1], then a one-hot block of 4
     (wilderness) and one of 40 (soil type); 7 classes."""

@@ -15,7 +15,8 @@ import math
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from kernel_layers.numerics.linalg import refuse_double_backward
 
 __all__ = [
     "GaussianKernelFunction",
@@ -240,8 +241,10 @@ class ProductKernelFunction(torch.autograd.Function):
         return k
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: Tensor):
+        # once_differentiable would let a graph of this backward treat it as a constant
+        # (silently wrong second derivatives where the inputs came through other ops)
+        refuse_double_backward("product kernels (cauchy, chi2, skewed_chi2)")
         x, z, k = ctx.saved_tensors
         need_x, need_z = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         e = (grad * k)[None]

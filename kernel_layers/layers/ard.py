@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from numbers import Integral
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -46,7 +47,7 @@ def check_blocks(owner: str, blocks: object, in_features: int) -> tuple[tuple[in
                 f"{owner}: argument 'blocks' must be {expected}, got sizes {sizes} "
                 f"(sum {sum(sizes)})"
             )
-        bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        bounds = [0, *itertools.accumulate(sizes)]  # no tensor: a meta build has no values
         return tuple(tuple(range(a, b)) for a, b in itertools.pairwise(bounds))
     groups = []
     for group in blocks:
@@ -81,10 +82,15 @@ def block_index(
     bandwidth per dimension) when ``blocks`` is ``None``."""
     if blocks is None:
         return None
-    index = torch.empty(in_features, dtype=torch.long)
+    index = torch.empty(in_features, dtype=torch.long, device="cpu")
     for k, group in enumerate(blocks):
         index[list(group)] = k
     return index.to(device)
+
+
+def _refill_after_load(module: nn.Module, incompatible_keys: object) -> None:
+    """``load_state_dict`` post-hook of :class:`Bandwidths` maps."""
+    cast("Bandwidths", module)._refill_derived_buffers()
 
 
 class Bandwidths(nn.Module):
@@ -140,6 +146,16 @@ class Bandwidths(nn.Module):
             self.register_parameter("log_bandwidth", None)
         index = block_index(self.blocks, self.in_features, device)
         self.register_buffer("block_index", index, persistent=False)
+        self.register_load_state_dict_post_hook(_refill_after_load)
+
+    @torch.no_grad()
+    def _refill_derived_buffers(self) -> None:
+        """Write the buffers derived from the settings again (``block_index``): they are
+        not in a state dict, so a map built on the meta device and ``to_empty()``-ed gets
+        them back when its state is loaded."""
+        index = block_index(self.blocks, self.in_features, "cpu")
+        if self.block_index is not None and index is not None:
+            self.block_index.copy_(index)
 
     @property
     def num_bandwidths(self) -> int:

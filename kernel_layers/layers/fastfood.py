@@ -123,6 +123,13 @@ class FastfoodLayer(KernelFeatureMap):
         )
         sigma_inv = math.sqrt(2.0 * self.gamma)
         scale = chi / gaussian.norm(dim=-1, keepdim=True) * (sigma_inv / math.sqrt(width))
+        # |V x| of inputs in [0, 1] is at most scale * max|G| * d' * d: it must stay finite
+        largest = float(scale.max()) * float(gaussian.abs().max()) * width * self.in_features
+        if not largest < torch.finfo(dtype).max:
+            raise ValueError(
+                f"{owner}: argument 'gamma' must keep the projections V x of inputs in "
+                f"[0, 1] finite in {dtype}, got gamma={self.gamma:g}"
+            )
         phases = torch.rand(self.out_features, generator=gen, dtype=torch.float64) * 2 * math.pi
         self.register_buffer("signs", signs.to(device=device, dtype=dtype))
         self.register_buffer("permutation", permutation.to(device=device))

@@ -250,14 +250,7 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
                 self.base_frequencies = nn.Parameter(base)
             else:
                 self.register_buffer("base_frequencies", base)
-            mask = None
-            if self.separable and self.block_index is not None:  # block k's dims -> features
-                owner_of = torch.repeat_interleave(
-                    torch.arange(len(self.feature_blocks)),
-                    torch.tensor([len(r) for r in self.feature_blocks]),
-                ).to(device)
-                mask = (self.block_index[:, None] == owner_of[None, :]).to(dtype)
-            self.register_buffer("block_mask", mask, persistent=False)
+            self.register_buffer("block_mask", self._separable_mask(dtype), persistent=False)
         else:
             self.register_parameter(
                 "frequencies",
@@ -381,6 +374,25 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
             "trainable_frequencies": self.trainable_frequencies,
             "features": self.features,
         }
+
+    def _separable_mask(self, dtype: torch.dtype) -> Tensor | None:
+        """``[D, J']``: 1 where input dimension ``d`` belongs to the block of frequency
+        ``j`` (``separable`` blocks), else 0; ``None`` when not separable."""
+        if not self.separable or self.block_index is None:
+            return None
+        owner_of = torch.repeat_interleave(  # on the CPU: a meta build has no values
+            torch.arange(len(self.feature_blocks), device="cpu"),
+            torch.tensor([len(r) for r in self.feature_blocks], device="cpu"),
+        ).to(self.block_index.device)
+        return (self.block_index[:, None] == owner_of[None, :]).to(dtype)
+
+    @torch.no_grad()
+    def _refill_derived_buffers(self) -> None:
+        super()._refill_derived_buffers()
+        current = getattr(self, "block_mask", None)  # registered with ard only
+        mask = None if current is None else self._separable_mask(current.dtype)
+        if current is not None and mask is not None:
+            current.copy_(mask)
 
     def extra_repr(self) -> str:
         text = super().extra_repr() + self._kernel_repr() + f", trainable={self.trainable}"

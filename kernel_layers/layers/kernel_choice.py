@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from torch import Tensor
 
@@ -17,14 +18,28 @@ class KernelChoice:
 
     Attributes:
         kernel (str): the kernel's name.
-        gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention).
-        kernel_params (dict[str, float]): further kernel parameters, defaults filled in.
+        gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention);
+            assigning a new value checks it.
+        kernel_params (Mapping[str, float]): further kernel parameters, defaults filled
+            in; read-only (the kernel is bound to them when the map is built).
     """
 
     kernel: str
-    gamma: float
-    kernel_params: dict[str, float]
+    _gamma: float
+    _kernel_params: dict[str, float]
     _kernel: Kernel
+
+    @property
+    def gamma(self) -> float:
+        return self._gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        self._gamma = check_positive(type(self).__name__, "gamma", value)
+
+    @property
+    def kernel_params(self) -> Mapping[str, float]:
+        return MappingProxyType(self._kernel_params)  # a view: the dict pickles, it not
 
     def _set_kernel(
         self,
@@ -47,11 +62,11 @@ class KernelChoice:
             Kernel: the kernel looked up (parameters not bound).
         """
         owner = type(self).__name__
-        self.gamma = check_positive(owner, "gamma", gamma)
+        self.gamma = gamma
         spec = get_kernel(kernel, owner=owner, spectral=spectral)
         self.kernel = spec.name
-        self.kernel_params = spec.resolve_params(kernel_params, owner=owner)
-        self._kernel = spec.bind(self.kernel_params, owner=owner)
+        self._kernel_params = spec.resolve_params(kernel_params, owner=owner)
+        self._kernel = spec.bind(self._kernel_params, owner=owner)
         return spec
 
     @property
@@ -89,5 +104,5 @@ class KernelChoice:
         """``", kernel=..., gamma=..."`` (and the parameters) for ``extra_repr``."""
         text = f", kernel={self.kernel!r}, gamma={self.gamma}"
         if self.kernel_params:
-            text += f", kernel_params={self.kernel_params}"
+            text += f", kernel_params={dict(self.kernel_params)}"
         return text

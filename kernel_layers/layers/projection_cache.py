@@ -73,7 +73,8 @@ class ProjectionCache(nn.Module):
 
     def _uses_cache(self) -> bool:
         """Inference without gradients to the parameters: the cached matrix serves."""
-        if torch.compiler.is_exporting():
+        if torch.compiler.is_exporting() or torch.jit.is_tracing():
+            # one graph whatever the grad mode (a trace's check re-runs it without grad)
             return not self.training
         if torch.compiler.is_compiling():
             return False
