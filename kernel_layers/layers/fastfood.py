@@ -124,7 +124,11 @@ class FastfoodLayer(KernelFeatureMap):
         sigma_inv = math.sqrt(2.0 * self.gamma)
         scale = chi / gaussian.norm(dim=-1, keepdim=True) * (sigma_inv / math.sqrt(width))
         # |V x| of inputs in [0, 1] is at most scale * max|G| * d' * d: it must stay finite
-        largest = float(scale.max()) * float(gaussian.abs().max()) * width * self.in_features
+        largest = (  # (a shape-only build on the meta device has no values to check)
+            0.0
+            if scale.is_meta
+            else float(scale.max()) * float(gaussian.abs().max()) * width * self.in_features
+        )
         if not largest < torch.finfo(dtype).max:
             raise ValueError(
                 f"{owner}: argument 'gamma' must keep the projections V x of inputs in "
