@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from kernel_layers.training.batch_checks import batch_parts
-from kernel_layers.training.modes import eval_mode, model_inputs
+from kernel_layers.training.modes import eval_mode, model_inputs, side_loader
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -58,7 +58,9 @@ def init_map_from_data(model: KernelModule) -> None:
         return
     trainer = model.trainer
     loader = trainer.train_dataloader
-    if loader is None:  # test / predict without fit: ask the data module
+    if loader is not None:
+        loader = side_loader(loader, ordered=False)
+    else:  # test / predict without fit: ask the data module
         datamodule = getattr(trainer, "datamodule", None)
         if datamodule is None:
             return

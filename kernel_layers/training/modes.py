@@ -8,9 +8,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
-__all__ = ["eval_mode", "model_inputs"]
+__all__ = ["eval_mode", "model_inputs", "side_loader"]
 
 
 @contextlib.contextmanager
@@ -37,3 +39,33 @@ def model_inputs(model: nn.Module, *tensors: Tensor) -> tuple[Tensor, ...]:
     if trainer is None:
         return moved
     return tuple(trainer.precision_plugin.convert_input(moved))
+
+
+def side_loader(loader: Any, *, ordered: bool) -> Any:
+    """A loader over ``loader``'s rows for the model's own passes, leaving ``loader``
+    alone: a fit's running iterator (persistent workers lose batches when it is
+    restarted) and its shuffling's random stream (an ordered twin draws nothing from
+    the global one either).
+
+    A plain ``DataLoader`` of a map-style dataset is twinned in this process (no
+    workers, every row: no ``drop_last``), with its batch size, collate function and
+    sampler; a ``RandomSampler`` becomes a ``SequentialSampler`` when ``ordered``, else
+    a new ``RandomSampler`` (rows still drawn at random). Anything else (a library
+    data module's resumable loader, an iterable dataset, a batch sampler) is returned
+    as it is.
+    """
+    if type(loader) is not DataLoader or loader.batch_size is None:
+        return loader
+    dataset: Any = loader.dataset  # map-style: it has a length
+    if isinstance(dataset, IterableDataset):
+        return loader
+    sampler: Any = loader.sampler
+    if isinstance(sampler, RandomSampler):
+        sampler = SequentialSampler(dataset) if ordered else RandomSampler(dataset)
+    return DataLoader(
+        dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        collate_fn=loader.collate_fn,
+        generator=torch.Generator(),  # an iterator's base seed: not from the global stream
+    )

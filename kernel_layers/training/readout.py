@@ -22,7 +22,7 @@ from kernel_layers.objectives.statistics import DIStatistics
 from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
 from kernel_layers.training.heads import RidgeHead
 from kernel_layers.training.landmarks import init_map_from_data
-from kernel_layers.training.modes import eval_mode, model_inputs
+from kernel_layers.training.modes import eval_mode, model_inputs, side_loader
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -70,6 +70,11 @@ class ReadoutTracker:
         """Whether it was fitted in this process on other features than the current ones."""
         return self.fitted_on not in (None, feature_state(modules))
 
+    def forget(self) -> None:
+        """A state is being loaded: the read-out is then as its checkpoint says (fitted
+        on the saved features, or not fitted), not as of this process's features."""
+        self.fitted_on = None
+
     def current(self, modules: Iterable[nn.Module]) -> bool:
         """Whether it was fitted in this process on exactly the current features."""
         return self.fitted_on == feature_state(modules)
@@ -86,7 +91,7 @@ def train_eval_batches(trainer: Trainer, owner: str) -> Iterable[Any]:
     if datamodule is not None and hasattr(datamodule, "train_eval_dataloader"):
         return datamodule.train_eval_dataloader()
     if trainer.train_dataloader is not None:
-        return trainer.train_dataloader
+        return side_loader(trainer.train_dataloader, ordered=True)
     raise RuntimeError(
         f"{owner}: fitting the ridge read-out needs the training data; pass a data module "
         "with train_eval_dataloader() (every kernel_layers.data module has one) or call "
@@ -184,7 +189,8 @@ class ReadoutRefit(Callback):
         model = cast("KernelModule", pl_module)
         if model.refits_head and not trainer.sanity_checking:
             init_map_from_data(model)  # validate() of a model that was never fitted
-            model.refit_head()
+            if head_needs_fit(model):  # trained since its last fit, or never fitted
+                model.refit_head()
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         model = cast("KernelModule", pl_module)

@@ -1,0 +1,103 @@
+"""``KernelClassifier`` with Lightning's own ways and plain ``DataLoader``s: checkpoints
+loaded back into the fitted model, ``trainer.validate`` after a fit, and the model's own
+passes (read-out refits, landmark draws) leaving the fit's training loader alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from sklearn.datasets import load_digits
+from torch.utils.data import DataLoader, TensorDataset
+
+from kernel_layers import KernelClassifier, NystromLayer
+
+
+def _loaders(**train_options: Any) -> tuple[DataLoader, DataLoader, DataLoader]:
+    x, y = load_digits(return_X_y=True)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    x = torch.tensor(x / 16.0, dtype=torch.float32)[order]
+    y = torch.tensor(y)[order]
+    train = TensorDataset(x[:1000], y[:1000])
+    options = {"batch_size": 100, "shuffle": True, "drop_last": True, **train_options}
+    return (
+        DataLoader(train, **options),
+        DataLoader(TensorDataset(x[1000:1400], y[1000:1400]), batch_size=400),
+        DataLoader(TensorDataset(x[1400:], y[1400:]), batch_size=400),
+    )
+
+
+def _model() -> KernelClassifier:
+    return KernelClassifier(NystromLayer(64, 40, gamma=0.02), num_classes=10, lr=1e-2)
+
+
+def _trainer(**options: Any) -> L.Trainer:
+    quiet = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    return L.Trainer(accelerator="cpu", deterministic=True, **{**quiet, **options})
+
+
+class TrainedBatches(Callback):
+    """How many training batches each epoch ran, and the epochs' training DI."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, int] = {}
+        self.di: list[float] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.batches[trainer.current_epoch] = self.batches.get(trainer.current_epoch, 0) + 1
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.di.append(float(trainer.callback_metrics["train/di_epoch"]))
+
+
+def test_a_checkpoint_loads_back_into_the_model_that_wrote_it(tmp_path: Path) -> None:
+    L.seed_everything(0)
+    train, val, test = _loaders()
+    saver = ModelCheckpoint(tmp_path, monitor="val/acc", mode="max")
+    trainer = _trainer(max_epochs=3, callbacks=[saver])
+    model = _model()
+    trainer.fit(model, train, val)
+    (again,) = trainer.test(model, test, ckpt_path="best", verbose=False)
+    fresh = _trainer().test(_model(), test, ckpt_path=saver.best_model_path, verbose=False)
+    assert again["test/acc"] == fresh[0]["test/acc"] > 0.9
+
+
+def test_validate_after_a_fit_reads_out_with_the_current_read_out() -> None:
+    L.seed_everything(0)
+    train, val, _ = _loaders()
+    trainer = _trainer(max_epochs=2)
+    model = _model()
+    trainer.fit(model, train, val)
+    last = float(trainer.callback_metrics["val/acc"])
+    (result,) = trainer.validate(model, val, verbose=False)
+    (fresh,) = _trainer().validate(model, val, verbose=False)
+    assert result["val/acc"] == fresh["val/acc"] == pytest.approx(last, abs=0)
+
+
+def test_validation_leaves_the_training_order_alone() -> None:
+    # The read-out refit at each validation reads the rows in order from a loader of its
+    # own: the fit's shuffling (and so its DI) is the same with validation or without.
+    histories = []
+    for val in (True, False):
+        L.seed_everything(0)
+        # the loader's own generator: the validation loader's iterators draw their base
+        # seed from the global stream, which is Lightning's and the user's
+        train, val_loader, _ = _loaders(generator=torch.Generator().manual_seed(0))
+        seen = TrainedBatches()
+        trainer = _trainer(max_epochs=3, callbacks=[seen], num_sanity_val_steps=0)
+        trainer.fit(_model(), train, val_loader if val else None)
+        histories.append(seen.di)
+    assert histories[0] == histories[1]
+
+
+def test_persistent_workers_train_every_batch_with_validation_mid_epoch() -> None:
+    L.seed_everything(0)
+    train, val, _ = _loaders(num_workers=1, persistent_workers=True)
+    seen = TrainedBatches()
+    trainer = _trainer(max_epochs=2, val_check_interval=0.5, callbacks=[seen])
+    trainer.fit(_model(), train, val)
+    assert seen.batches == {0: 10, 1: 10}
