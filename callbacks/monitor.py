@@ -259,14 +259,15 @@ class MonitorCallback(Callback):
         return self._logged_value(trainer, self.monitor)
 
     def _skipped_validation(self, trainer: pl.Trainer) -> bool:
-        """Whether this epoch ran no validation in a fit that validates every
-        ``check_val_every_n_epoch > 1`` epochs (with a loader and batches to validate)."""
+        """Whether this epoch ran no validation in a fit that does not validate every
+        epoch (with a loader and batches to validate): every ``check_val_every_n_epoch >
+        1`` epochs, or every ``val_check_interval`` steps across epochs
+        (``check_val_every_n_epoch=None``)."""
         every = trainer.check_val_every_n_epoch
         validates = bool(getattr(trainer, "enable_validation", True))
         return (
             validates
-            and every is not None
-            and every > 1
+            and (every is None or every > 1)
             and self._validated_epoch != trainer.current_epoch
         )
 

@@ -34,7 +34,8 @@ class UntrainedBaseline(Callback):
     At the start of the first training epoch (after the model's ``on_train_start``, which
     draws Nyström landmarks from the data), a fresh ridge read-out with the model's
     ``head.rho`` is fitted on the kernel features of every training row, and its accuracy
-    on the data module's test split is stored in :attr:`accuracy` and logged (logger
+    (its ``R^2`` for float targets) on the data module's test split is stored in
+    :attr:`accuracy` and logged (logger
     ``kernel_layers.callbacks``). The model itself is left untouched. ``kernel-layers fit``
     prints it beside the trained model's ``test/acc``.
 
@@ -71,8 +72,9 @@ class UntrainedBaseline(Callback):
                 f"{type(pl_module).__name__} and {type(datamodule).__name__}"
             )
         self.accuracy = untrained_score(pl_module, head, datamodule)
+        metric = "test/r2" if datamodule.num_classes == 0 else "test/acc"  # 0: float targets
         log_on_rank_zero(
-            f"{_OWNER}: test/acc of the untrained map (ridge read-out) {self.accuracy:.4f}"
+            f"{_OWNER}: {metric} of the untrained map (ridge read-out) {self.accuracy:.4f}"
         )
 
 

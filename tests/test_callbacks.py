@@ -638,21 +638,26 @@ class _EveryOtherValidation(L.LightningModule):
         return DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
 
 
-@pytest.mark.parametrize("every", [1, 2])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"check_val_every_n_epoch": 1},
+        {"check_val_every_n_epoch": 2},
+        {"check_val_every_n_epoch": None, "val_check_interval": 6},
+    ],
+    ids=["every-epoch", "every-2-epochs", "every-6-steps"],
+)
 def test_a_validation_metric_counts_only_the_epochs_that_validate(
-    make_trainer: Callable[..., L.Trainer], every: int
+    make_trainer: Callable[..., L.Trainer], schedule: dict[str, Any]
 ) -> None:
-    # check_val_every_n_epoch=2: in the epochs without validation val/rising still holds
-    # the previous validation's value, which is no plateau; train/flat is read every
-    # epoch either way
+    # Validating every 2 epochs, or every 6 steps of 2-step epochs (epochs 2 and 5): in
+    # the epochs without validation val/rising still holds the previous validation's
+    # value (or none yet), which is no plateau; train/flat is read every epoch either way
     on_val = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
     on_train = PlateauDecay(monitor="train/flat", patience=1, verbose=False)
     stop = DISaturationStopping(monitor="val/rising", patience=1, min_decays=0)
     trainer = make_trainer(
-        callbacks=[on_val, on_train, stop],
-        max_epochs=6,
-        check_val_every_n_epoch=every,
-        num_sanity_val_steps=0,
+        callbacks=[on_val, on_train, stop], max_epochs=6, num_sanity_val_steps=0, **schedule
     )
     model = _EveryOtherValidation()
     trainer.fit(model, val_dataloaders=model.train_dataloader())

@@ -129,6 +129,23 @@ def test_float64_layer_is_rebuilt_in_float64(tmp_path: Path) -> None:
     assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
 
 
+def test_logged_hparams_describe_the_model_and_load_it_back(tmp_path: Path) -> None:
+    # Loggers write the initial hyper-parameters; load_from_checkpoint(hparams_file=)
+    # builds the model from them instead of the checkpoint's.
+    from lightning.pytorch.loggers import CSVLogger
+
+    model = KernelClassifier(NystromLayer(D, 10, gamma=0.5), num_classes=CLASSES)
+    trainer = L.Trainer(max_epochs=1, logger=CSVLogger(tmp_path, name="run"),
+                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(model, _data())
+    trainer.save_checkpoint(tmp_path / "m.ckpt")
+    hparams = tmp_path / "run" / "version_0" / "hparams.yaml"
+    assert model.hparams_initial["kernel_layer"]["class_path"] == "kernel_layers.NystromLayer"
+    loaded = KernelClassifier.load_from_checkpoint(tmp_path / "m.ckpt", hparams_file=hparams)
+    x = torch.rand(6, D)
+    torch.testing.assert_close(_scores(loaded, x), _scores(model, x), rtol=0, atol=0)
+
+
 def test_numpy_scalar_settings_are_recorded_as_python_numbers(tmp_path: Path) -> None:
     # A hyper-parameter sweep hands NumPy scalars; weights_only loads refuse them.
     layer = NystromLayer(D, np.int64(10), gamma=np.float64(0.5))

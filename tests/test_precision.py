@@ -314,3 +314,14 @@ def test_float32_factor_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> No
     slow = discriminant_information(phi, target).item()
     assert seen == [torch.float32, torch.float64]
     assert fast == pytest.approx(slow, rel=1e-6)
+
+
+def test_a_cached_projection_cast_by_a_module_move_is_recomputed() -> None:
+    # Lightning's precision="bf16-true" calls .to(bfloat16) at every stage: on a map
+    # already in bf16 only the float64 cache is cast, and must not serve rounded
+    x = torch.rand(40, 6)
+    layer = NystromLayer.from_data(x, 12, gamma=0.5, seed=0).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        before = layer(x.bfloat16())
+        layer.to(torch.bfloat16)
+        assert torch.equal(layer(x.bfloat16()), before)

@@ -164,6 +164,18 @@ def test_a_test_split_of_one_row_is_named(make_trainer: Callable[..., L.Trainer]
         trainer.test(trainer.lightning_module, data, verbose=False)
 
 
+def test_the_untrained_baseline_of_a_regressor_is_logged_as_r2(
+    make_trainer: Callable[..., L.Trainer], caplog: pytest.LogCaptureFixture
+) -> None:
+    from kernel_layers.callbacks import UntrainedBaseline
+
+    baseline = UntrainedBaseline()
+    with caplog.at_level("INFO", logger="kernel_layers.callbacks"):
+        make_trainer([baseline], max_epochs=1).fit(_model(), _data())
+    assert baseline.accuracy is not None
+    assert f"test/r2 of the untrained map (ridge read-out) {baseline.accuracy:.4f}" in caplog.text
+
+
 def test_checkpoint_round_trip_predicts_identically(
     make_trainer: Callable[..., L.Trainer], tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ class ProjectionCache(nn.Module):
     def _init_projection_cache(self) -> None:
         self.register_buffer("_projection", None, persistent=False)
         self._projection_key: tuple[object, ...] | None = None
+        self._projection_dtype: torch.dtype | None = None  # the dtype it was computed in
 
     def projection(self) -> Tensor:
         """The matrix to cache (differentiable in the parameters)."""
@@ -57,8 +58,13 @@ class ProjectionCache(nn.Module):
                 self._projection = self.projection()
             return self._projection
         key = self._cache_key()
-        if self._projection is None or not _same_key(key, self._projection_key):
+        if (
+            self._projection is None
+            or not _same_key(key, self._projection_key)
+            or self._projection.dtype != self._projection_dtype  # cast by a module .to()
+        ):
             self._projection = self.projection()
+            self._projection_dtype = self._projection.dtype
             self._projection_key = tuple(_snapshot(item) for item in key)
         return self._projection
 

@@ -92,10 +92,15 @@ class KernelModule(LightningModule):
         divergence guard and the epoch's DI sums; the architecture recorded as primitives
         in the hyper-parameters, so that the checkpoint alone rebuilds the model."""
         owner = type(self).__name__
-        self.hparams["kernel_layer"] = describe_module(kernel_layer, given.get("kernel_layer"))
-        self.hparams["backbone"] = (
-            None if backbone is None else describe_module(backbone, given.get("backbone"))
-        )
+        architecture = {
+            "kernel_layer": describe_module(kernel_layer, given.get("kernel_layer")),
+            "backbone": (
+                None if backbone is None else describe_module(backbone, given.get("backbone"))
+            ),
+        }
+        # Saved again with them: the loggers write the initial hyper-parameters
+        # (hparams.yaml, which load_from_checkpoint(hparams_file=...) reads back).
+        self.save_hyperparameters({**self.hparams, **architecture})
         self.kernel_layer = kernel_layer
         self.backbone = backbone
         width = kernel_layer.feature_width
