@@ -517,6 +517,20 @@ def test_bf16_mixed_precision_trains_and_tests(
     assert _fitted_accuracy(make_trainer, model, dm) > 0.5  # chance: 0.25
 
 
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true"])
+def test_half_true_precision_is_refused_naming_the_mixed_one(
+    make_trainer: Callable[..., L.Trainer], precision: str
+) -> None:
+    model = KernelClassifier(NystromLayer(10, 24, gamma=3.0, seed=0), num_classes=4)
+    mixed = precision.replace("-true", "-mixed")
+    with pytest.raises(
+        ValueError,
+        match=rf"KernelClassifier: Trainer\(precision='{precision}'\) casts the kernel "
+        rf"layer.*use precision='{mixed}'",
+    ):
+        make_trainer(max_epochs=1, precision=precision).fit(model, _data())
+
+
 def test_float64_precision_fits_the_read_out_baseline_and_best_epoch(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:

@@ -129,6 +129,10 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
             ) from err
 
 
+#: Lightning precisions that cast the whole module to a half-precision dtype.
+HALF_TRUE = ("bf16-true", "16-true")
+
+
 def at_setup(model: KernelModule, stage: str) -> None:
     """The checks of a model's ``setup``: the data module's sizes against the layers
     (``model.check_data_sizes``); checkpoints read with ``weights_only=True`` and written
@@ -136,10 +140,20 @@ def at_setup(model: KernelModule, stage: str) -> None:
     ``ckpt_path``); for fit, writable checkpoint directories.
 
     Raises:
-        ValueError: the data and the layers disagree on a size.
+        ValueError: the data and the layers disagree on a size, or the trainer's
+            precision is a half-precision ``-true`` one.
         PermissionError: a checkpoint directory cannot be written.
     """
     trainer = model._trainer
+    precision = str(getattr(trainer, "precision", ""))
+    if precision in HALF_TRUE:
+        mixed = precision.replace("-true", "-mixed")
+        raise ValueError(
+            f"{type(model).__name__}: Trainer(precision={precision!r}) casts the kernel "
+            "layer, the ridge read-out and DI's epoch sums to half precision, which kernel "
+            f"features cannot take; use precision={mixed!r} (the backbone then runs in "
+            "half precision, the kernel part in float32)"
+        )
     datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
     if datamodule is not None:
         model.check_data_sizes(datamodule)
