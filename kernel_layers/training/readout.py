@@ -2,11 +2,11 @@
 
 The DI objective trains no read-out by gradient: a ridge classifier is fitted on the
 features in one pass over the training data. :class:`ReadoutTracker` remembers which
-parameter versions it was fitted on, so that an optimiser step, new landmarks or a
-loaded state make it stale; the flag :data:`HEAD_CURRENT_KEY` carries that through a
-checkpoint. :func:`refit_head` fits the read-out; :class:`ReadoutRefit` refits it
-whenever validation runs, at the end of fit, and before testing or predicting when it is
-not current.
+parameter versions it was fitted on, so that an optimiser step or new landmarks make
+it stale; the flag :data:`HEAD_CURRENT_KEY` carries whether it is current through a
+checkpoint, and a load trusts that flag. :func:`refit_head` fits the read-out;
+:class:`ReadoutRefit` refits it at the end of fit, and before validating, testing or
+predicting when it is not current.
 """
 
 from __future__ import annotations
@@ -180,10 +180,10 @@ def check_head_ready(model: KernelModule) -> None:
 
 
 class ReadoutRefit(Callback):
-    """Refits the closed-form ridge read-out of a ``KernelClassifier`` (DI objective)
-    whenever validation runs and at the end of fit; before testing or predicting, sets
-    the map up from the data (an untrained baseline) and refits a read-out that was
-    never fitted or is stale (one restored from a checkpoint is trusted)."""
+    """Refits the closed-form ridge read-out of a ``KernelClassifier`` (DI objective) at
+    the end of fit; before validating, testing or predicting, sets the map up from the
+    data (an untrained baseline) and refits a read-out that was never fitted or is stale
+    (one restored from a checkpoint is trusted as it records)."""
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         model = cast("KernelModule", pl_module)
