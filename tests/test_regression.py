@@ -265,6 +265,22 @@ def test_gcv_penalty_is_the_argmin_of_the_explicit_gcv() -> None:
     np.testing.assert_allclose(head.weight.numpy(), weight, rtol=1e-6)
 
 
+@pytest.mark.parametrize(("rows", "width"), [(30, 29), (40, 100)], ids=["J=n-1", "J>n"])
+def test_gcv_penalty_with_as_many_features_as_rows_is_the_explicit_argmin(
+    rows: int, width: int
+) -> None:
+    # The fit interpolates at the smallest penalties: their residual is round-off, and
+    # an explicit GCV is large there, not the smallest.
+    g = torch.Generator().manual_seed(0)
+    phi = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    y = phi[:, :1] + torch.randn(rows, 1, generator=g, dtype=torch.float64)
+    head = GCVRidgeHead(width, 1)
+    head.update(phi, y)
+    assert head.statistics is not None
+    chosen = gcv_penalty(head.statistics)
+    assert chosen == pytest.approx(_gcv_reference(phi.numpy(), y.numpy()), rel=1e-9)
+
+
 def test_keep_best_hands_back_the_best_validation_epoch(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:

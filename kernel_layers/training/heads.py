@@ -53,6 +53,11 @@ def ridge_solve(stats: DIStatistics, rho: float) -> tuple[Tensor, Tensor]:
     return weight, bias
 
 
+#: The residual ``RSS = ||Y_c||^2 - ...`` of :func:`gcv_penalty`, computed from the
+#: statistics, is resolved above this many times ``(J + 1) ||Y_c||^2`` (float64 round-off).
+RSS_RESOLUTION = 16 * torch.finfo(torch.float64).eps
+
+
 def gcv_penalty(stats: DIStatistics, grid: tuple[float, ...] = GCV_GRID) -> float:
     """The ridge penalty of ``grid`` (times the scatter's mean eigenvalue) with the least
     generalised cross-validation error, from the statistics alone.
@@ -61,7 +66,9 @@ def gcv_penalty(stats: DIStatistics, grid: tuple[float, ...] = GCV_GRID) -> floa
     residual of the ridge fit is ``RSS = ||Y_c||^2 - sum_j ||B_j||^2 (l_j + 2 rho) /
     (l_j + rho)^2`` and its degrees of freedom ``df = 1 + sum_j l_j / (l_j + rho)`` (the
     intercept included); GCV is ``n RSS / (n - df)^2`` (Golub, Heath and Wahba, 1979),
-    summed over the targets.
+    summed over the targets. A penalty whose residual is below its round-off
+    (:data:`RSS_RESOLUTION`: the fit interpolates, as with ``J >= n - 1``) has no
+    meaningful GCV and is not chosen; if none is resolved, the largest is.
 
     Args:
         stats: statistics of the training features and targets.
@@ -79,9 +86,17 @@ def gcv_penalty(stats: DIStatistics, grid: tuple[float, ...] = GCV_GRID) -> floa
     scale = eigenvalues.mean().clamp_min(torch.finfo(SOLVE_DTYPE).tiny)
     rhos = scale * torch.tensor(grid, dtype=SOLVE_DTYPE, device=scale.device)[:, None]
     shrink = (eigenvalues + 2 * rhos) / (eigenvalues + rhos).square()  # [G, J]
-    rss = (total - (shrink * projected).sum(1)).clamp_min(0)
-    df = 1 + (eigenvalues / (eigenvalues + rhos)).sum(1)
-    gcv = n * rss / (n - df).clamp_min(1).square()
+    rss = total - (shrink * projected).sum(1)
+    # n - df without cancellation: each eigenvalue's share rho / (l + rho) of its degree
+    left = (n - 1 - len(eigenvalues)) + (rhos / (eigenvalues + rhos)).sum(1)
+    # Below its round-off (the fit all but interpolates, J >= n - 1) the residual is
+    # noise, and so is GCV: such penalties are not chosen.
+    resolved = (left > 0) & (rss > RSS_RESOLUTION * (len(eigenvalues) + 1) * total)
+    if not bool(resolved.any()):
+        return float(rhos[-1, 0])  # nothing resolved: the largest penalty
+    gcv = torch.where(
+        resolved, n * rss / left.clamp_min(torch.finfo(SOLVE_DTYPE).tiny).square(), torch.inf
+    )
     return float(rhos[int(gcv.argmin()), 0])
 
 
