@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import references as ref
@@ -39,6 +41,48 @@ def test_di_matches_numpy_labels(form: str, b: int, j: int, device: torch.device
     want = ref.di(phi.numpy(), ref.onehot_unit(labels.numpy(), 4), 1e-3)
     assert got.dtype == torch.float64
     assert got.item() == pytest.approx(want, rel=1e-10)
+
+
+def _svd_di(phi: np.ndarray, y: np.ndarray, rho: float) -> float:
+    """DI by the SVD of the centred features: ``sum_k s_k^2 / (s_k^2 + rho) ||u_k^T
+    Y_c||^2``, no Gram formed (float64)."""
+    u, sv, _ = np.linalg.svd(phi - phi.mean(0), full_matrices=False)
+    projected = (u.T @ (y - y.mean(0))) ** 2
+    return float((sv**2 / (sv**2 + rho) * projected.sum(1)).sum())
+
+
+@pytest.mark.parametrize(("scale", "rho"), [(1.0, 1e-8), (1e2, 1e-4), (1e4, 1e-4)])
+def test_auto_form_of_rank_deficient_features_keeps_every_digit(scale: float, rho: float) -> None:
+    # B < J with features of rank 5: the dual Gram's null space rests on rho next to its
+    # norm, so "auto" takes the primal form here.
+    g = torch.Generator().manual_seed(0)
+    phi = (
+        scale
+        * torch.randn(50, 5, generator=g, dtype=torch.float64)
+        @ torch.randn(5, 100, generator=g, dtype=torch.float64)
+    )
+    labels = torch.arange(50) % 4
+    y = ref.onehot_unit(labels.numpy(), 4)
+    got = discriminant_information(phi, labels, rho=rho)
+    assert got.item() == pytest.approx(_svd_di(phi.numpy(), y, rho), rel=1e-12)
+
+
+@pytest.mark.parametrize(("scale", "rho"), [(1e4, 1e-4), (1e4, 1e-6), (1e6, 1e-4)])
+def test_forced_dual_form_of_rank_deficient_features_stays_within_its_bounds(
+    scale: float, rho: float
+) -> None:
+    # Forced, the dual form's round-off swamps DI here (it gave -2.74, and 2.99 > L - 1
+    # where robust_cholesky added a jitter): a result outside 0 <= DI <= ||Y_c||^2 is
+    # recomputed in the primal form; within them, the jittered system's own DI is kept.
+    g = torch.Generator().manual_seed(0)
+    low_rank = torch.randn(50, 5, generator=g, dtype=torch.float64)
+    phi = scale * low_rank @ torch.randn(5, 100, generator=g, dtype=torch.float64)
+    labels = torch.arange(50) % 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the jitter's own warning
+        got = discriminant_information(phi, labels, rho=rho, form="dual")
+    want = _svd_di(phi.numpy(), ref.onehot_unit(labels.numpy(), 4), rho)
+    assert got.item() == pytest.approx(want, rel=1e-2) and 0.0 <= got.item() <= 3.0
 
 
 def test_di_regression_targets_used_as_is() -> None:

@@ -32,6 +32,9 @@ __all__ = ["DEFAULT_RHO", "FORMS", "DILoss", "check_rho", "discriminant_informat
 DEFAULT_RHO = 1e-4
 #: Forms of the DI computation: ``"auto"``, ``"primal"`` (``J x J``), ``"dual"`` (``B x B``).
 FORMS = ("auto", "primal", "dual")
+#: ``form="auto"`` takes the dual form for ``B < J`` only where its round-off bound is
+#: at most this (relative): the primal form is exact to float64 there either way.
+DUAL_ROUNDOFF_LIMIT = 1e-10
 
 
 def check_rho(owner: str, rho: float) -> float:
@@ -64,7 +67,10 @@ def discriminant_information(
         num_classes: number of classes ``L`` for integer labels (default
             ``max(label) + 1``; absent classes contribute nothing).
         form: ``"primal"`` (``J x J`` solve), ``"dual"`` (``B x B`` solve) or
-            ``"auto"`` (dual when ``B < J``). Both give the same value; note that with
+            ``"auto"`` (dual when ``B < J`` and its round-off bound ``eps ||Phi||_F^2 /
+            rho`` is within :data:`DUAL_ROUNDOFF_LIMIT`; the dual form loses digits on
+            features of rank below ``B - 1`` with a ``rho`` that small). Both give the
+            same value up to that round-off; note that with
             ``B <= J`` the centred features span the batch and DI tends to its maximum
             as ``rho -> 0``, which is why the paper keeps batches larger than ``J``.
         sync_dist: under ``torch.distributed`` (world size > 1), compute the exact DI of
@@ -100,8 +106,20 @@ def discriminant_information(
         )
     num_classes = global_num_classes(targets, num_classes, sync)
     y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
-    dual = sync is None and (form == "dual" or (form == "auto" and batch < width))
+    dual = sync is None and (
+        form == "dual" or (form == "auto" and batch < width and _dual_is_accurate(features, rho))
+    )
     return _DIFunction.apply(features, y, rho, scale_columns, dual, owner, sync, not scan)
+
+
+def _dual_is_accurate(features: Tensor, rho: float) -> bool:
+    """Whether the dual form's round-off, at most ``eps ||Phi||_F^2 / rho`` relative
+    (it grows so where the centred features have rank below ``B - 1``), is within
+    :data:`DUAL_ROUNDOFF_LIMIT`; where no host read may decide, as ``B < J`` says."""
+    if torch.compiler.is_compiling() or active_checks() is not None:
+        return True
+    squares = float(features.detach().to(torch.float64).square().sum())
+    return torch.finfo(torch.float64).eps * squares <= DUAL_ROUNDOFF_LIMIT * rho
 
 
 class DILoss(nn.Module):

@@ -131,6 +131,10 @@ def _solve_dual(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """DI by the ``B x B`` system ``Phi_c Phi_c^T + rho I`` (one process's rows).
 
+    Its round-off grows as ``eps ||Phi_c Phi_c^T|| / rho`` where ``Phi_c`` has rank
+    below ``B - 1`` (the primal form's does not): the ``"primal"`` form suits such
+    features with a ``rho`` that small.
+
     Returns:
         tuple[Tensor[], Tensor[B, L], Tensor[J, L]]: DI (float64), the residual
         ``rho Q = Y_c - Phi_c A`` and ``A = Phi_c^T Q``, in ``phi_c``'s dtype.
@@ -147,9 +151,19 @@ def _solve_dual(
         factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
     y64 = y_c.to(SOLVE_DTYPE)
     q = torch.cholesky_solve(y64, factor)
-    di = (y64 * y64).sum() - rho * (y64 * q).sum()
+    # DI = tr(Y^T G Q) and the residual Y - G Q = rho Q, both through G Q: they hold for
+    # the system factorised, a jitter that robust_cholesky had to add included (with
+    # ||Y||^2 - rho tr(Y^T Q) such a jitter made DI exceed its bound L - 1).
+    fitted = gram.to(SOLVE_DTYPE) @ q
+    di = (y64 * fitted).sum()
     a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(phi_c.dtype)
-    return di, (rho * q).to(phi_c.dtype), a
+    return di, (y64 - fitted).to(phi_c.dtype), a
+
+
+def _in_bounds(di: Tensor, y_c: Tensor) -> bool:
+    """Whether ``0 <= di <= ||Y_c||^2``, the bounds of any ridge fit (a host read)."""
+    total = float(y_c.to(SOLVE_DTYPE).square().sum())
+    return 0.0 <= float(di) <= total
 
 
 def di_solve(
@@ -189,7 +203,10 @@ def di_solve(
     phi_c, y_c = centre(features, targets, moments)
     if dual:
         di, residual, a = _solve_dual(phi_c, y_c, rho, owner)
-        return di, residual, a, y_c
+        if torch.compiler.is_compiling() or active_checks() is not None or _in_bounds(di, y_c):
+            return di, residual, a, y_c
+        # outside 0 <= DI <= ||Y_c||^2: the dual form's round-off swamped it (features of
+        # low rank at a small rho); the primal form below is exact there
     rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
     scatter, cross = centred_products(phi_c, y_c, sync)
     # The global S is the same on every process, so all decide alike.
