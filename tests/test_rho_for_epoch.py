@@ -46,13 +46,17 @@ def test_rho_from_penalty_shares_it_out_over_the_batches(
     penalty: float, batches: float, rho: float
 ) -> None:
     assert rho_from_penalty(penalty, batches) == pytest.approx(rho, rel=1e-15)
+    # NumPy numbers, as a grid hands them, are numbers too
+    assert rho_from_penalty(np.float64(penalty), np.float64(batches)) == pytest.approx(rho)
+    assert rho_for_epoch(np.int64(3)) == rho_for_epoch(3)
 
 
 @pytest.mark.parametrize(
     ("penalty", "batches", "match"),
     [
-        (-1.0, 1, r"argument 'penalty' must be a number >= 0, got -1.0"),
-        (float("nan"), 1, r"argument 'penalty' must be a number >= 0, got nan"),
+        (-1.0, 1, r"argument 'penalty' must be a finite number >= 0, got -1.0"),
+        (float("nan"), 1, r"argument 'penalty' must be a finite number >= 0, got nan"),
+        (float("inf"), 10, r"argument 'penalty' must be a finite number >= 0, got inf"),
         (1.0, 0, r"argument 'batches' must be a number >= 1, got 0"),
         (1.0, True, r"argument 'batches' must be a number >= 1, got True"),
     ],

@@ -18,6 +18,7 @@ from learning their noise.
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 from kernel_layers.objectives import DEFAULT_RHO
 
@@ -37,7 +38,7 @@ def rho_for_epoch(batches: float) -> float:
     Raises:
         ValueError: ``batches`` is not a number ``>= 1`` (or ``inf``).
     """
-    if not isinstance(batches, int | float) or isinstance(batches, bool) or not batches >= 1:
+    if not isinstance(batches, Real) or isinstance(batches, bool) or not batches >= 1:
         raise ValueError(
             f"rho_for_epoch: argument 'batches' must be a number >= 1 (or inf), got {batches!r}"
         )
@@ -54,11 +55,14 @@ def rho_from_penalty(penalty: float, batches: float) -> float:
     ``batches = inf``, gets ``1e-4``).
 
     Raises:
-        ValueError: ``penalty`` is not a number ``>= 0``, or ``batches`` not one ``>= 1``.
+        ValueError: ``penalty`` is not a finite number ``>= 0``, or ``batches`` not a
+            number ``>= 1`` (or ``inf``).
     """
-    for name, value, least in (("penalty", penalty, 0.0), ("batches", batches, 1.0)):
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= least:
+    checks = (("penalty", penalty, 0.0, "a finite number"), ("batches", batches, 1.0, "a number"))
+    for name, value, least, kind in checks:
+        bad_type = not isinstance(value, Real) or isinstance(value, bool)
+        if bad_type or not value >= least or (name == "penalty" and math.isinf(value)):
             raise ValueError(
-                f"rho_from_penalty: argument {name!r} must be a number >= {least:g}, got {value!r}"
+                f"rho_from_penalty: argument {name!r} must be {kind} >= {least:g}, got {value!r}"
             )
     return max(float(penalty) / float(batches), DEFAULT_RHO)
