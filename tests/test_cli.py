@@ -356,7 +356,7 @@ def test_bare_recipe_name_runs_from_any_directory(
     assert "test/acc" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("form", ["--config", "--config="])
+@pytest.mark.parametrize("form", ["--config", "--config=", "-c"])
 def test_a_folder_named_like_a_recipe_does_not_hide_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
 ) -> None:
@@ -364,9 +364,7 @@ def test_a_folder_named_like_a_recipe_does_not_hide_it(
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "quickstart").mkdir()
-    argv = (
-        ["fit", "--config", "quickstart"] if form == "--config" else ["fit", "--config=quickstart"]
-    )
+    argv = ["fit", "--config=quickstart"] if form == "--config=" else ["fit", form, "quickstart"]
     resolved = resolve_config_args(argv)
     assert str(recipe_path("quickstart")) in resolved[-1]
     assert Path(str(recipe_path("quickstart"))).is_file()
@@ -419,9 +417,13 @@ def test_j_set_a_second_time_on_the_data_is_refused(tmp_path: Path, capsys) -> N
     config["data"]["init_args"]["num_features"] = 200
     path = tmp_path / "twice.yaml"
     path.write_text(yaml.safe_dump(config))
-    with pytest.raises(SystemExit):
-        main(["fit", "--config", str(path)])
-    assert f"data.init_args.num_features: 200 in {path}" in capsys.readouterr().err
+    for flag in ("--config", "-c"):  # the short form is read alike
+        with pytest.raises(SystemExit):
+            main(["fit", flag, str(path)])
+        assert f"data.init_args.num_features: 200 in {path}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:  # a flag without its value: argparse's message
+        main(["fit", "--config", "quickstart", "--data.init_args.num_features"])
+    assert done.value.code == 2
 
 
 def test_in_features_mismatch_fails_before_the_first_step(tmp_path: Path, monkeypatch) -> None:
@@ -533,6 +535,20 @@ def test_ckpt_path_with_other_hyperparameters_is_an_error(
                 *QUIET,
             ]
         )
+
+
+@pytest.mark.parametrize("command", ["test", "validate", "predict"])
+def test_scoring_without_a_checkpoint_is_refused(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without --ckpt_path the model would be the recipe's untrained map, scored as if
+    # it were the trained one.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ValueError, match=rf"kernel-layers {command}: argument '--ckpt_path' is required"
+    ):
+        main([command, "--config", "quickstart", *QUIET])
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_cli_checkpoint_loads_alone(fitted_quickstart: Path, monkeypatch, capsys) -> None:

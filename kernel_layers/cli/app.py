@@ -64,6 +64,8 @@ a YAML file) and overrides (--section.option VALUE); `kernel-layers COMMAND --he
 lists the options. glibc's allocator is set to keep freed host memory for reuse
 (faster steps on CPU); --host_memory default keeps glibc's settings."""
 
+#: The LightningCLI commands that score a trained model: they need ``--ckpt_path``.
+SCORES_A_CHECKPOINT = ("test", "validate", "predict")
 #: Each LightningCLI command's description and a usage line short enough to read.
 COMMAND_HELP = {
     "fit": "Train the model of a recipe, then test it and print a summary (test accuracy, "
@@ -220,8 +222,9 @@ class KernelLayersCLI(LightningCLI):
         read with ``weights_only=True``.
 
         Raises:
-            ValueError: ``--weights_only false``; ``"last"`` / ``"best"`` name no
-                checkpoint (except for ``fit``, which then starts anew); or as
+            ValueError: ``--weights_only false``; no ``--ckpt_path`` for ``test``,
+                ``validate`` or ``predict``; ``"last"`` / ``"best"`` name no checkpoint
+                (except for ``fit``, which then starts anew); or as
                 :meth:`check_ckpt_matches`.
         """
         subcommand = self.config.get("subcommand")
@@ -232,6 +235,12 @@ class KernelLayersCLI(LightningCLI):
         if "weights_only" in options:
             options["weights_only"] = True
         ckpt_path = options.get("ckpt_path")
+        if not ckpt_path and subcommand in SCORES_A_CHECKPOINT:
+            raise ValueError(
+                f"kernel-layers {subcommand}: argument '--ckpt_path' is required: without it "
+                "the model is the configuration's untrained map (pass --ckpt_path last after "
+                "kernel-layers fit, or a checkpoint file)"
+            )
         if not ckpt_path:
             return
         path = self.resolve_ckpt_path(str(ckpt_path))

@@ -61,15 +61,20 @@ def print_recipes() -> None:
     print(f"\nrun one with: kernel-layers fit --config NAME   (files in {folder})")
 
 
+#: The flags of a configuration file (LightningCLI's long and short forms).
+CONFIG_FLAGS = ("--config", "-c")
+
+
 def resolve_config_args(argv: Sequence[str]) -> list[str]:
-    """``argv`` with every ``--config NAME`` that is not a file replaced by the recipe's path.
+    """``argv`` with every ``--config NAME`` (or ``-c NAME``) that is not a file replaced
+    by the recipe's path.
 
     Raises:
         ValueError: ``NAME`` is neither a file nor a shipped recipe.
     """
     out = list(argv)
     for i, arg in enumerate(out):
-        if arg == "--config" and i + 1 < len(out):
+        if arg in CONFIG_FLAGS and i + 1 < len(out):
             if not Path(out[i + 1]).is_file() and not out[i + 1].lstrip().startswith("{"):
                 out[i + 1] = str(recipe_path(out[i + 1]))
         elif arg.startswith("--config="):
@@ -94,8 +99,9 @@ def check_j_set_once(argv: Sequence[str]) -> None:
     for i, arg in enumerate(argv):
         key = arg.split("=", 1)[0]
         if key in ("--data.init_args.num_features", "--data.num_features"):
-            given.append(f"{arg if '=' in arg else arg + ' ' + argv[i + 1]}")
-        if key == "--config":
+            value = arg if "=" in arg or i + 1 == len(argv) else f"{arg} {argv[i + 1]}"
+            given.append(value)
+        if key in CONFIG_FLAGS and ("=" in arg or i + 1 < len(argv)):
             value = arg.split("=", 1)[1] if "=" in arg else argv[i + 1]
             if Path(value).is_file():
                 config = yaml.safe_load(Path(value).read_text()) or {}
