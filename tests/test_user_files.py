@@ -4,6 +4,7 @@ converted to the training data's pixel range (8-bit, 16-bit, transparency)."""
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,38 @@ def test_a_value_that_is_not_finite_is_refused_with_its_line(value: str) -> None
 
 def test_blank_lines_are_skipped_and_a_header_may_name_a_column_na() -> None:
     np.testing.assert_array_equal(csv_rows("x,NA\n\n1,2\n   \n3,4\n"), [[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("bad", ["?", "#N/A"])
+def test_a_first_row_of_numbers_with_one_bad_value_is_refused_not_skipped(bad: str) -> None:
+    # As a header it would be dropped, and every row after it shifted by one.
+    with pytest.raises(ValueError, match=rf"line 1 mixes numbers and text \('{re.escape(bad)}'\)"):
+        csv_rows(f"1,2,{bad},4\n5,6,7,8\n")
+
+
+def test_utf8_bom_and_carriage_return_line_ends_are_read(tmp_path: Path) -> None:
+    # A spreadsheet's "CSV UTF-8" starts with a byte-order mark; old Mac ends use "\r".
+    path = tmp_path / "x.csv"
+    path.write_bytes("\ufeffpixel_\u00e40,pixel1\r1,2\r3,4\r".encode())
+    np.testing.assert_array_equal(read_feature_rows(path, (2,)), [[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("text", ["", "x0,x1\n"], ids=["empty", "header-only"])
+def test_a_csv_without_data_rows_is_refused_by_name(tmp_path: Path, text: str) -> None:
+    assert csv_rows(text).shape[0] == 0
+    path = tmp_path / "x.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"'.*x.csv' holds no rows"):
+        read_feature_rows(path, (2,))
+
+
+def test_a_truncated_image_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    _digits_as_png(folder, np.zeros((3, 64)))
+    whole = (folder / "01.png").read_bytes()
+    (folder / "01.png").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"cannot read the image '.*01.png'"):
+        read_feature_rows(folder, (1, 8, 8), pixel_max=16.0)
 
 
 def _npz_named_npy(path: Path) -> None:

@@ -42,13 +42,14 @@ def read_bytes(path: Path, owner: str | None = None) -> bytes:
 
 
 def read_text(path: Path) -> str:
-    """The ASCII text of ``path`` (decompressed if gzipped).
+    """The UTF-8 text of ``path`` (decompressed if gzipped; a byte-order mark, as
+    spreadsheets write one, dropped).
 
     Raises:
-        ValueError: a truncated or corrupt gzip file, or bytes that are not ASCII.
+        ValueError: a truncated or corrupt gzip file, or bytes that are not UTF-8 text.
     """
     data = read_bytes(path)
     try:
-        return data.decode("ascii", errors="strict")
+        return data.decode("utf-8-sig", errors="strict")
     except UnicodeDecodeError as err:
-        raise ValueError(f"'{path}' is not a text (ASCII CSV) file ({err})") from err
+        raise ValueError(f"'{path}' is not a UTF-8 text (CSV) file ({err})") from err

@@ -4,15 +4,17 @@ Used to predict on new data (:meth:`ArrayDataModule.set_predict_source
 <kernel_layers.data.base.ArrayDataModule.set_predict_source>`); no code is ever executed
 while reading.
 
-CSV header rule: the first row is a header, and skipped, when one of its fields is text
-(not a number, and not a missing value: empty, ``NA``, ``N/A``, ``null``, ``None``), or
-when its ``D >= 3`` fields are exactly ``0, 1, ..., D-1`` in order (written ``0,1,2`` or
+CSV header rule: the first row is a header, and skipped, when it has text and no number
+(a field such as ``NA``, ``N/A``, ``null``, ``None`` or an empty one is taken as a name
+there), or when its ``D >= 3`` fields are exactly ``0, 1, ..., D-1`` in order (written ``0,1,2`` or
 ``0.0,1.0,2.0``): the column names ``pandas.DataFrame(x).to_csv(path, index=False)``
 writes. A first data row that is exactly ``0, 1, ..., D-1`` is therefore read as a
 header: keep such data in a ``.npy`` file. With one or two columns such a first row
 (``0`` or ``0,1``) is as likely data as a header, and the file is refused: give it a text
 header (``x0,x1``) or none that looks like ``0,1``. A row with a missing value is
-refused (the message names its line), the first row too; only blank lines are skipped.
+refused (the message names its line), the first row too, and so is a first row that
+mixes numbers and text (``1.5,?,3``: data with a bad value, or a header with a numeric
+name); only blank lines are skipped. Line ends may be ``\n``, ``\r\n`` or ``\r``.
 
 Image range rule: a pixel ``v`` of an image file whose values run to ``M`` (``255`` for
 8-bit images, ``65535`` for 16-bit grayscale PNGs) becomes ``v * pixel_max / M`` in the
@@ -24,11 +26,11 @@ a known ``pixel_max`` image folders are refused, and so are images with transpar
 from __future__ import annotations
 
 import csv
-import io
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -141,10 +143,12 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
     """
     lines = [
         (number, [field.strip() for field in fields])  # blank lines skipped: [] or spaces
-        for number, fields in enumerate(csv.reader(io.StringIO(text)), start=1)
+        for number, fields in enumerate(csv.reader(text.splitlines()), start=1)
         if fields and (len(fields) > 1 or fields[0] == "" or fields[0].strip())
     ]
+    width = 0
     if lines and _is_header(lines[0][1], owner, source):
+        width = len(lines[0][1])
         lines = lines[1:]
     rows = []
     for number, fields in lines:
@@ -164,15 +168,25 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
                 f"{owner}: every row of {source!r} must have {len(rows[0])} values (its first "
                 f"data row's), line {number} has {len(rows[-1])}"
             )
-    return np.array(rows, dtype=np.float64).reshape(len(rows), -1)
+    if not rows:  # no data rows: [0, D] with the header's D
+        return np.zeros((0, width), dtype=np.float64)
+    return np.array(rows, dtype=np.float64)
 
 
 def _is_header(fields: list[str], owner: str, source: str) -> bool:
-    """A first row is a header if a field is not a number, or if it is ``0, 1, ..., D-1``
-    with ``D >= 3`` (module docstring); with ``D < 3`` that row is ambiguous and refused."""
+    """A first row is a header if its fields are all text, or if it is ``0, 1, ...,
+    D-1`` with ``D >= 3`` (module docstring); with ``D < 3`` that row is ambiguous and
+    refused, and so is one that mixes numbers and text."""
     not_numbers = [field for field in fields if not _is_number(field)]
-    if any(field.lower() not in MISSING_FIELDS for field in not_numbers):
-        return True  # text
+    text = [field for field in not_numbers if field.lower() not in MISSING_FIELDS]
+    if text and len(not_numbers) == len(fields):
+        return True  # no number: names (some may read as missing values, "x,NA")
+    if text:
+        raise ValueError(
+            f"{owner}: cannot read {source!r} as comma-separated numbers: line 1 mixes "
+            f"numbers and text ({text[0]!r}); a header row must be all names, a data row "
+            "all numbers"
+        )
     if not_numbers:  # only missing values among the numbers
         missing = not_numbers[0]
         index = " (pandas' header with its index column: write with index=False)"
@@ -252,12 +266,26 @@ def _read_image_folder(
     return np.stack(images)
 
 
-def _decode_image(file: Path, channels: int, owner: str) -> tuple[np.ndarray, float]:
-    """``(pixels np.ndarray[C, H, W] float64, the largest value of the file's mode)``."""
+def _loaded_image(file: Path, owner: str) -> Any:
+    """``file`` opened and decoded by PIL (an image to close), or a ``ValueError`` naming
+    it (a truncated or corrupt file, or one that is no image)."""
     from PIL import Image
 
-    with Image.open(file) as opened:
+    opened = None
+    try:
+        opened = Image.open(file)
         opened.load()
+    except (OSError, SyntaxError, ValueError) as err:  # PIL's ways to say "not readable"
+        if opened is not None:
+            opened.close()
+        raise ValueError(f"{owner}: cannot read the image {str(file)!r} ({err})") from err
+    return opened
+
+
+def _decode_image(file: Path, channels: int, owner: str) -> tuple[np.ndarray, float]:
+    """``(pixels np.ndarray[C, H, W] float64, the largest value of the file's mode)``."""
+
+    with _loaded_image(file, owner) as opened:
         mode = opened.mode
         if mode in _MODE_MAX or (mode == "I" and opened.format == "PNG"):
             # A 16-bit grayscale PNG (PIL names it "I;16" or, in older releases, "I").
