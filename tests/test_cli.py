@@ -551,6 +551,31 @@ def test_scoring_without_a_checkpoint_is_refused(
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (
+            ["test", "--predict_input=/nowhere.npy"],
+            r"test: --predict_input apply to kernel-layers predict only",
+        ),
+        (
+            ["fit", "--predict_scores=false"],
+            r"fit: --predict_scores apply to kernel-layers predict only",
+        ),
+        (
+            ["predict", "--test_after_fit=false"],
+            r"predict: --test_after_fit apply to kernel-layers fit only",
+        ),
+    ],
+)
+def test_another_commands_option_is_refused(
+    argv: list[str], match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        main([argv[0], "--config", "quickstart", *argv[1:], *QUIET])
+
+
 def test_cli_checkpoint_loads_alone(fitted_quickstart: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(fitted_quickstart)
     path = fitted_quickstart / "checkpoints" / "quickstart" / "last.ckpt"

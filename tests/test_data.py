@@ -368,6 +368,13 @@ def test_covtype_download_keeps_arrays_that_load_without_pickles(
     assert sorted(set(labels.tolist())) == list(range(7))
 
 
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 cut short"], ids=["empty", "truncated"])
+def test_a_damaged_array_cache_is_named(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "covtype-arrays.npz").write_bytes(content)
+    with pytest.raises(ValueError, match=r"'.*covtype-arrays.npz' must be a .npz archive"):
+        _datasets.read_arrays(tmp_path / "covtype-arrays.npz")
+
+
 def test_covtype_rejects_malformed_csv(tmp_path: Path) -> None:
     (tmp_path / "covtype.data").write_text("1,2,3\n4,5,6\n")
     with pytest.raises(ValueError, match="must have 55 comma-separated columns"):

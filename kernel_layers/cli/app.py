@@ -64,6 +64,17 @@ a YAML file) and overrides (--section.option VALUE); `kernel-layers COMMAND --he
 lists the options. glibc's allocator is set to keep freed host memory for reuse
 (faster steps on CPU); --host_memory default keeps glibc's settings."""
 
+#: Options that one command reads, with their defaults: another command given a value
+#: other than the default is refused (it would ignore it).
+COMMAND_OPTIONS: dict[str, dict[str, Any]] = {
+    "fit": {"test_after_fit": True},
+    "predict": {
+        "predict_output": "predictions.csv",
+        "predict_split": "test",
+        "predict_input": None,
+        "predict_scores": True,
+    },
+}
 #: The LightningCLI commands that score a trained model: they need ``--ckpt_path``.
 SCORES_A_CHECKPOINT = ("test", "validate", "predict")
 #: Each LightningCLI command's description and a usage line short enough to read.
@@ -144,26 +155,30 @@ class KernelLayersCLI(LightningCLI):
             "data.init_args.num_features",
             apply_on="parse",
         )
+        fit, predict = COMMAND_OPTIONS["fit"], COMMAND_OPTIONS["predict"]
         parser.add_argument(
-            "--test_after_fit", type=bool, default=True, help="run `test` when `fit` ends"
+            "--test_after_fit",
+            type=bool,
+            default=fit["test_after_fit"],
+            help="fit: run `test` when `fit` ends",
         )
         parser.add_argument(
             "--predict_output",
             type=str,
-            default="predictions.csv",
+            default=predict["predict_output"],
             help="predict: file to write (.csv: index, the file of an image folder's row, "
             "prediction, scores; .pt: tensors and the files' names)",
         )
         parser.add_argument(
             "--predict_split",
             type=str,
-            default="test",
+            default=predict["predict_split"],
             help=f"predict: the data module's split to predict, one of {list(PREDICT_SPLITS)}",
         )
         parser.add_argument(
             "--predict_input",
             type=str,
-            default=None,
+            default=predict["predict_input"],
             help="predict: a file of raw features (.npy / .csv; a first row with text or "
             "0,1,...,D-1 is a header) or a folder of images (converted to the training "
             "data's pixel range) instead of a split (scaled like the training data)",
@@ -171,7 +186,7 @@ class KernelLayersCLI(LightningCLI):
         parser.add_argument(
             "--predict_scores",
             type=bool,
-            default=True,
+            default=predict["predict_scores"],
             help="predict: write the per-class scores beside the classes (default: true; "
             "false writes the classes only)",
         )
@@ -294,9 +309,21 @@ class KernelLayersCLI(LightningCLI):
         return self.config.get(self.subcommand) if self.subcommand else self.config
 
     def before_instantiate_classes(self) -> None:
-        """No progress bar when stdout is not a terminal (a file, a pipe), unless asked for:
-        :class:`~kernel_layers.cli.output.EpochLine` prints one line per epoch instead."""
-        trainer = self._command_config().get("trainer")
+        """Refuse another command's options (:data:`COMMAND_OPTIONS`); no progress bar
+        when stdout is not a terminal (a file, a pipe), unless asked for:
+        :class:`~kernel_layers.cli.output.EpochLine` prints one line per epoch instead.
+
+        Raises:
+            ValueError: an option of another command was given a value."""
+        config = self._command_config()
+        for command, options in COMMAND_OPTIONS.items():
+            given = [f"--{k}" for k, default in options.items() if config.get(k) != default]
+            if command != self.subcommand and given:
+                raise ValueError(
+                    f"kernel-layers {self.subcommand}: {', '.join(given)} apply to "
+                    f"kernel-layers {command} only, and would be ignored here"
+                )
+        trainer = config.get("trainer")
         if trainer is not None and trainer.get("enable_progress_bar") is None:
             trainer["enable_progress_bar"] = sys.stdout.isatty()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -78,8 +79,8 @@ def read_arrays(
     try:
         with np.load(path, allow_pickle=False) as archive:
             return archive["x"], archive["y"]
-    except (ValueError, KeyError, OSError) as err:
-        raise ValueError(
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(  # an empty, truncated or foreign file included
             f"{owner}: '{path}' must be a .npz archive of plain arrays 'x' and 'y' ({err})"
         ) from err
 
