@@ -45,25 +45,20 @@ def test_float64_layers_take_large_inputs() -> None:
     assert torch.isfinite(out).all()
 
 
-def test_fourier_gamma_that_overflows_the_frequencies_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("cls", "what", "wide_gamma"),
+    [(FourierLayer, "the phases x W", 1e300), (FastfoodLayer, "the projections V x", 1e200)],
+)
+def test_a_gamma_that_overflows_the_map_in_its_dtype_is_refused(
+    cls: type, what: str, wide_gamma: float
+) -> None:
     with pytest.raises(
         ValueError,
-        match=r"FourierLayer: argument 'gamma' must keep the phases x W of inputs in \[0, 1\] "
+        match=rf"{cls.__name__}: argument 'gamma' must keep {what} of inputs in \[0, 1\] "
         r"finite in torch.float32, got gamma=1e\+300",
     ):
-        FourierLayer(4, 8, gamma=1e300)
-    wide = FourierLayer(4, 8, gamma=1e300, dtype=torch.float64)
-    assert torch.isfinite(wide(torch.rand(2, 4, dtype=torch.float64))).all()
-
-
-def test_fastfood_gamma_that_overflows_the_projections_is_refused() -> None:
-    with pytest.raises(
-        ValueError,
-        match=r"FastfoodLayer: argument 'gamma' must keep the projections V x of inputs in "
-        r"\[0, 1\] finite in torch.float32, got gamma=1e\+300",
-    ):
-        FastfoodLayer(4, 8, gamma=1e300)
-    wide = FastfoodLayer(4, 8, gamma=1e200, dtype=torch.float64)
+        cls(4, 8, gamma=1e300)
+    wide = cls(4, 8, gamma=wide_gamma, dtype=torch.float64)  # float64 holds it
     assert torch.isfinite(wide(torch.rand(2, 4, dtype=torch.float64))).all()
 
 
