@@ -34,7 +34,13 @@ def is_compiling() -> bool:
 
 
 def check_finite(
-    owner: str, name: str, x: Tensor, *, max_abs: float | None = None, why: str = ""
+    owner: str,
+    name: str,
+    x: Tensor,
+    *,
+    max_abs: float | None = None,
+    why: str = "",
+    dtype: torch.dtype | None = None,
 ) -> None:
     """Raise if ``x`` holds NaN or Inf, or (with ``max_abs``) an entry larger than that.
 
@@ -48,6 +54,8 @@ def check_finite(
         max_abs: the largest magnitude the caller's arithmetic can take without
             overflowing, or ``None``.
         why: what overflows beyond ``max_abs`` (for the message).
+        dtype: the dtype ``max_abs`` is for, where the caller computes in another one
+            than ``x``'s (for the message; default ``x``'s).
 
     Raises:
         ValueError: ``x`` has a non-finite entry, or one beyond ``max_abs``.
@@ -64,7 +72,7 @@ def check_finite(
             + (
                 ""
                 if max_abs is None
-                else f" with entries |value| <= {max_abs:.3g} in {x.dtype}"
+                else f" with entries |value| <= {max_abs:.3g} in {dtype or x.dtype}"
                 + (f" ({why})" if why else "")
             )
             + ", and a batch was not",
@@ -83,7 +91,7 @@ def check_finite(
     if max_abs is not None and largest > max_abs:
         raise ValueError(
             f"{owner}: argument '{name}' must have entries with |value| <= {max_abs:.3g} "
-            f"in {x.dtype}{' (' + why + ')' if why else ''}, got max |value| = "
+            f"in {dtype or x.dtype}{' (' + why + ')' if why else ''}, got max |value| = "
             f"{largest:.3g}; scale the inputs (e.g. to [0, 1]) or use float64"
         )
 

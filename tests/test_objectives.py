@@ -85,6 +85,25 @@ def test_forced_dual_form_of_rank_deficient_features_stays_within_its_bounds(
     assert got.item() == pytest.approx(want, rel=1e-2) and 0.0 <= got.item() <= 3.0
 
 
+@pytest.mark.parametrize(
+    ("dtype", "value", "sums_in"),
+    [(torch.float64, 1e200, "torch.float64"), (torch.float32, 1e40, "torch.float32")],
+)
+def test_float_targets_whose_squares_overflow_are_refused(
+    dtype: torch.dtype, value: float, sums_in: str
+) -> None:
+    # Finite targets whose sum of squares is not: DI was inf or NaN.
+    phi = _features().to(dtype)
+    y = torch.full((60, 1), value, dtype=torch.float64)
+    y[::2] = -value
+    with pytest.raises(
+        ValueError,
+        match=rf"argument 'targets' must have entries with \|value\| <= .* in {sums_in} "
+        r"\(larger ones overflow the sums of squares over the batch\)",
+    ):
+        discriminant_information(phi, y)
+
+
 def test_di_regression_targets_used_as_is() -> None:
     phi = _features()
     y = torch.randn(60, 3, dtype=torch.float64)

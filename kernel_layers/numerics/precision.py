@@ -29,12 +29,14 @@ __all__ = [
     "NARROW_INPUT_RATIO",
     "NARROW_INPUT_WIDTH",
     "SOLVE_DTYPE",
+    "SQUARE_OVERFLOW",
     "SUM_OVERFLOW",
     "autocast_off",
     "data_limit",
     "distance_limit",
     "kernel_dtype",
     "roundoff_estimate",
+    "square_sum_limit",
     "sum_limit",
     "upcast",
 ]
@@ -71,6 +73,8 @@ FLOAT32_FACTOR_LIMIT = 3e-4
 
 #: What overflows beyond :func:`sum_limit` (for messages).
 SUM_OVERFLOW = "larger ones overflow the sums over the batch"
+#: What overflows beyond :func:`square_sum_limit` (for messages).
+SQUARE_OVERFLOW = "larger ones overflow the sums of squares over the batch"
 #: What overflows beyond :func:`distance_limit` (for messages).
 DISTANCE_OVERFLOW = "larger ones overflow squared distances"
 
@@ -138,6 +142,12 @@ def data_limit(x: object) -> float:
     if not isinstance(x, Tensor) or x.ndim != 2:
         return math.inf
     return distance_limit(x.dtype, x.shape[1])
+
+
+def square_sum_limit(rows: int, dtype: torch.dtype) -> float:
+    """The largest magnitude whose squares summed over ``rows`` rows (a scatter, a total
+    sum of squares) stay finite in ``dtype``."""
+    return math.sqrt(torch.finfo(dtype).max / (2.0 * max(rows, 1)))
 
 
 def sum_limit(x: object) -> float:

@@ -105,7 +105,9 @@ def discriminant_information(
             "(the dual form needs every row on one process), got 'dual'"
         )
     num_classes = global_num_classes(targets, num_classes, sync)
-    y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
+    y, scale_columns = encode_targets(
+        targets, batch, num_classes=num_classes, owner=owner, dtype=features.dtype
+    )
     dual = sync is None and (
         form == "dual" or (form == "auto" and batch < width and _dual_is_accurate(features, rho))
     )

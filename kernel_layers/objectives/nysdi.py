@@ -13,6 +13,7 @@ from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.linalg import default_jitter
 from kernel_layers.numerics.precision import (
     DISTANCE_OVERFLOW,
+    SOLVE_DTYPE,
     autocast_off,
     data_limit,
     kernel_dtype,
@@ -131,7 +132,9 @@ def nystrom_discriminant_information(
         raise ValueError(f"{owner}: argument 'x' must have at least 2 rows, got {batch}")
     sync = Sync.create(sync_dist, process_group)
     num_classes = global_num_classes(targets, num_classes, sync)
-    y, scale_columns = encode_targets(targets, batch, num_classes=num_classes, owner=owner)
+    y, scale_columns = encode_targets(  # its statistics are summed in float64
+        targets, batch, num_classes=num_classes, owner=owner, dtype=SOLVE_DTYPE
+    )
     x = check_dtype(owner, "x", x, landmarks.dtype)
     with autocast_off(x):  # kernel distances never run in low precision
         x = upcast(x)

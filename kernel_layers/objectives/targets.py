@@ -7,6 +7,7 @@ from torch import Tensor
 
 from kernel_layers._validation import check_finite, check_int, check_matrix
 from kernel_layers.numerics.deferred import active_checks
+from kernel_layers.numerics.precision import SQUARE_OVERFLOW, square_sum_limit
 from kernel_layers.objectives.statistics import Sync
 
 __all__ = ["encode_targets", "unit_norm_columns"]
@@ -18,6 +19,7 @@ def encode_targets(
     *,
     num_classes: int | None = None,
     owner: str = "discriminant_information",
+    dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, bool]:
     """Turn labels into a one-hot matrix, or check a float target matrix.
 
@@ -27,6 +29,8 @@ def encode_targets(
         batch: the number of feature rows ``B``.
         num_classes: ``L`` for labels (default ``max(label) + 1``).
         owner: the caller's name for messages.
+        dtype: the dtype a float target matrix's squares are summed in: its entries must
+            keep those sums finite (``None``: only finite entries are checked).
 
     Returns:
         tuple[Tensor[B, L], bool]: the (unscaled) target matrix, and whether its columns
@@ -48,7 +52,11 @@ def encode_targets(
                 f"[B, L], got a float tensor of shape {list(targets.shape)} "
                 "(use targets[:, None] for a single regression target, or .long() for labels)"
             )
-        check_finite(owner, "targets", targets)
+        if dtype is None:
+            check_finite(owner, "targets", targets)
+        else:  # their squares are summed in dtype
+            limit = square_sum_limit(batch, dtype)
+            check_finite(owner, "targets", targets, max_abs=limit, why=SQUARE_OVERFLOW, dtype=dtype)
         return targets, False
     if targets.is_complex() or targets.dtype == torch.bool:
         raise TypeError(
