@@ -15,6 +15,8 @@ from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers import KernelClassifier, NystromLayer
+from kernel_layers.training.heads import ridge_solve
+from kernel_layers.training.readout import training_statistics
 
 
 def _loaders(**train_options: Any) -> tuple[DataLoader, DataLoader, DataLoader]:
@@ -101,3 +103,31 @@ def test_persistent_workers_train_every_batch_with_validation_mid_epoch() -> Non
     trainer = _trainer(max_epochs=2, val_check_interval=0.5, callbacks=[seen])
     trainer.fit(_model(), train, val)
     assert seen.batches == {0: 10, 1: 10}
+
+
+class ReadoutLag(Callback):
+    """At each validation, how far the read-out in use is from an exact refit on the
+    current features of the training rows."""
+
+    def __init__(self, train: DataLoader) -> None:
+        self.train = train
+        self.lags: list[float] = []
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model: Any = pl_module
+        stats = training_statistics(model, self.train)
+        weight, _ = ridge_solve(stats, model.head.rho)
+        self.lags.append(float((model.head.weight.double() - weight).abs().max()))
+
+
+def test_a_resumed_fit_validates_with_a_current_read_out(tmp_path: Path) -> None:
+    # The checkpoint's read-out is current for the state it loads, and stale after the
+    # first step of the resumed fit: every validation reads out the current features.
+    L.seed_everything(0)
+    train, val, _ = _loaders()
+    saver = ModelCheckpoint(tmp_path, save_last=True)
+    _trainer(max_epochs=1, callbacks=[saver]).fit(_model(), train, val)
+    lag = ReadoutLag(train)
+    resumed = _trainer(max_epochs=3, callbacks=[lag], enable_checkpointing=False)
+    resumed.fit(_model(), train, val, ckpt_path=tmp_path / "last.ckpt")
+    assert len(lag.lags) == 3 and max(lag.lags) < 1e-6  # the sanity check and 2 epochs

@@ -104,8 +104,8 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     model.sync_head_rho()
     if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
         state["head.fitted"] = torch.zeros_like(state["head.fitted"])
-    # a model fitted in this process: its record of the features is of the old state
-    model.head_tracker.forget()
+    # read by the load_state_dict post-hook (adopt_loaded_readout) once the state is in
+    model.readout_loaded_current = checkpoint.get(HEAD_CURRENT_KEY) is True
 
 
 def check_before_load(

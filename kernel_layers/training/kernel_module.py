@@ -44,7 +44,12 @@ from kernel_layers.training.optimizer import (
     build_schedule,
     warn_plateau_callbacks,
 )
-from kernel_layers.training.readout import ReadoutRefit, ReadoutTracker, head_needs_fit
+from kernel_layers.training.readout import (
+    ReadoutRefit,
+    ReadoutTracker,
+    adopt_loaded_readout,
+    head_needs_fit,
+)
 from kernel_layers.training.readout import refit_head as fit_ridge_head
 
 __all__ = ["KernelModule"]
@@ -118,6 +123,9 @@ class KernelModule(LightningModule):
         #: DI batches skipped as too small: the epochs' short last batches (one warning).
         self.short_batches_skipped = 0
         self.head_tracker = ReadoutTracker()
+        #: Whether the checkpoint being loaded records a current read-out.
+        self.readout_loaded_current = False
+        self.register_load_state_dict_post_hook(adopt_loaded_readout)
         register_epoch_sums(self)  # the current epoch's running DI sums (checkpointed)
         #: The ``rho`` a fit (or the checkpoint this model was restored from) chose with
         #: ``rho=None``; ``None`` until one is chosen.

@@ -4,9 +4,9 @@ The DI objective trains no read-out by gradient: a ridge classifier is fitted on
 features in one pass over the training data. :class:`ReadoutTracker` remembers which
 parameter versions it was fitted on, so that an optimiser step or new landmarks make
 it stale; the flag :data:`HEAD_CURRENT_KEY` carries whether it is current through a
-checkpoint, and a load trusts that flag. :func:`refit_head` fits the read-out;
-:class:`ReadoutRefit` refits it at the end of fit, and before validating, testing or
-predicting when it is not current.
+checkpoint, and a checkpoint's load trusts that flag for the state it loads.
+:func:`refit_head` fits the read-out; :class:`ReadoutRefit` refits it at the end of fit,
+and before validating, testing or predicting when it is not current.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from torch import nn
+from torch import Tensor, nn
 
 from kernel_layers.objectives.statistics import DIStatistics
 from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
@@ -31,6 +31,7 @@ __all__ = [
     "HEAD_CURRENT_KEY",
     "ReadoutRefit",
     "ReadoutTracker",
+    "adopt_loaded_readout",
     "check_head_ready",
     "feature_modules",
     "feature_state",
@@ -46,13 +47,15 @@ HEAD_CURRENT_KEY = "kernel_layers_head_current"
 
 
 def feature_state(modules: Iterable[nn.Module]) -> tuple[tuple[int, int], ...]:
-    """Identity and version of every tensor of ``modules``: any in-place change (an
-    optimiser step, new landmarks, a loaded state) changes it."""
+    """Identity and version of every tensor of ``modules``' state (parameters and
+    persistent buffers): any in-place change (an optimiser step, new landmarks, a loaded
+    state) changes it, while caches derived from them (non-persistent buffers, such as a
+    map's projection, rebuilt at ``eval()``) do not."""
     return tuple(
         (id(t), t._version)
         for m in modules
-        for t in (*m.parameters(), *m.buffers())
-        if not t.is_inference()  # caches made under inference mode carry no version
+        for t in m.state_dict(keep_vars=True).values()
+        if isinstance(t, Tensor) and not t.is_inference()  # inference tensors: no version
     )
 
 
@@ -70,14 +73,22 @@ class ReadoutTracker:
         """Whether it was fitted in this process on other features than the current ones."""
         return self.fitted_on not in (None, feature_state(modules))
 
-    def forget(self) -> None:
-        """A state is being loaded: the read-out is then as its checkpoint says (fitted
-        on the saved features, or not fitted), not as of this process's features."""
-        self.fitted_on = None
-
     def current(self, modules: Iterable[nn.Module]) -> bool:
         """Whether it was fitted in this process on exactly the current features."""
         return self.fitted_on == feature_state(modules)
+
+
+def adopt_loaded_readout(model: nn.Module, incompatible_keys: object) -> None:
+    """``load_state_dict`` post-hook of the kernel modules: a checkpoint whose read-out
+    was fitted on its features (:data:`HEAD_CURRENT_KEY`, read by ``on_load_checkpoint``
+    into ``model.readout_loaded_current``) leaves it current for the state just loaded,
+    so that the first change of the features makes it stale; any other load (a plain
+    state dict included) leaves the tracker as it was, which the load's new tensor
+    versions make stale."""
+    kernel_model = cast("KernelModule", model)
+    if kernel_model.readout_loaded_current:
+        kernel_model.head_tracker.mark_fitted(feature_modules(kernel_model))
+    kernel_model.readout_loaded_current = False
 
 
 def train_eval_batches(trainer: Trainer, owner: str) -> Iterable[Any]:
