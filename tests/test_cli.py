@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -569,11 +570,28 @@ def test_scoring_without_a_checkpoint_is_refused(
     ],
 )
 def test_another_commands_option_is_refused(
-    argv: list[str], match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    argv: list[str],
+    match: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(SystemExit) as done:
         main([argv[0], "--config", "quickstart", *argv[1:], *QUIET])
+    assert done.value.code == 2
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_a_fits_saved_config_serves_test(
+    fitted_quickstart: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The saved config.yaml holds every command's options (test_after_fit among them):
+    # only options typed for another command are refused.
+    monkeypatch.chdir(fitted_quickstart)
+    (saved,) = fitted_quickstart.glob("lightning_logs/quickstart/version_*/config.yaml")
+    main(["test", "--config", str(saved), "--ckpt_path", "last", *QUIET])
+    assert "test/acc" in capsys.readouterr().out
 
 
 def test_cli_checkpoint_loads_alone(fitted_quickstart: Path, monkeypatch, capsys) -> None:

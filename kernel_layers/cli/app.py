@@ -31,6 +31,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from kernel_layers.cli.config_saver import RunConfigSaver
 from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
 from kernel_layers.cli.recipe_files import (
+    COMMAND_OPTIONS,
+    check_command_options,
     check_j_set_once,
     list_recipes,
     recipe_path,
@@ -64,17 +66,6 @@ a YAML file) and overrides (--section.option VALUE); `kernel-layers COMMAND --he
 lists the options. glibc's allocator is set to keep freed host memory for reuse
 (faster steps on CPU); --host_memory default keeps glibc's settings."""
 
-#: Options that one command reads, with their defaults: another command given a value
-#: other than the default is refused (it would ignore it).
-COMMAND_OPTIONS: dict[str, dict[str, Any]] = {
-    "fit": {"test_after_fit": True},
-    "predict": {
-        "predict_output": "predictions.csv",
-        "predict_split": "test",
-        "predict_input": None,
-        "predict_scores": True,
-    },
-}
 #: The LightningCLI commands that score a trained model: they need ``--ckpt_path``.
 SCORES_A_CHECKPOINT = ("test", "validate", "predict")
 #: Each LightningCLI command's description and a usage line short enough to read.
@@ -309,21 +300,9 @@ class KernelLayersCLI(LightningCLI):
         return self.config.get(self.subcommand) if self.subcommand else self.config
 
     def before_instantiate_classes(self) -> None:
-        """Refuse another command's options (:data:`COMMAND_OPTIONS`); no progress bar
-        when stdout is not a terminal (a file, a pipe), unless asked for:
-        :class:`~kernel_layers.cli.output.EpochLine` prints one line per epoch instead.
-
-        Raises:
-            ValueError: an option of another command was given a value."""
-        config = self._command_config()
-        for command, options in COMMAND_OPTIONS.items():
-            given = [f"--{k}" for k, default in options.items() if config.get(k) != default]
-            if command != self.subcommand and given:
-                raise ValueError(
-                    f"kernel-layers {self.subcommand}: {', '.join(given)} apply to "
-                    f"kernel-layers {command} only, and would be ignored here"
-                )
-        trainer = config.get("trainer")
+        """No progress bar when stdout is not a terminal (a file, a pipe), unless asked for:
+        :class:`~kernel_layers.cli.output.EpochLine` prints one line per epoch instead."""
+        trainer = self._command_config().get("trainer")
         if trainer is not None and trainer.get("enable_progress_bar") is None:
             trainer["enable_progress_bar"] = sys.stdout.isatty()
 
@@ -390,6 +369,7 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
     try:
         argv = resolve_config_args(argv)
         check_j_set_once(argv)
+        check_command_options(argv)
     except ValueError as err:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None

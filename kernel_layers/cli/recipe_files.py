@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 __all__ = [
+    "COMMAND_OPTIONS",
     "RECIPES_PACKAGE",
+    "check_command_options",
     "check_j_set_once",
     "list_recipes",
     "print_recipes",
@@ -114,3 +117,35 @@ def check_j_set_once(argv: Sequence[str]) -> None:
             "kernel-layers: J is set once, as --model.kernel_layer.init_args.out_features "
             "(the data's num_features is linked from it); remove " + "; ".join(given)
         )
+
+
+#: Options that one command reads, with their defaults: typed for another command, they
+#: are refused (it would ignore them).
+COMMAND_OPTIONS: dict[str, dict[str, Any]] = {
+    "fit": {"test_after_fit": True},
+    "predict": {
+        "predict_output": "predictions.csv",
+        "predict_split": "test",
+        "predict_input": None,
+        "predict_scores": True,
+    },
+}
+
+
+def check_command_options(argv: Sequence[str]) -> None:
+    """Refuse a flag typed on the command line for another command than the one run
+    (:data:`COMMAND_OPTIONS`: it would be ignored). A configuration file may hold them
+    all: a fit's saved ``config.yaml`` serves ``test`` and ``predict`` too.
+
+    Raises:
+        ValueError: naming the flags and the command they belong to.
+    """
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    typed = {arg.split("=", 1)[0].lstrip("-") for arg in argv if arg.startswith("--")}
+    for owner, options in COMMAND_OPTIONS.items():
+        given = sorted(f"--{name}" for name in typed & set(options))
+        if command is not None and owner != command and given:
+            raise ValueError(
+                f"kernel-layers {command}: {', '.join(given)} apply to kernel-layers "
+                f"{owner} only, and would be ignored here"
+            )
