@@ -96,3 +96,16 @@ def test_meta_wrong_device_and_wrong_width_inputs_fail_at_the_first_call(cls: ty
         ValueError, match=rf"{name}: argument 'x' must be on the layer's device meta, got cpu"
     ):
         layer(torch.rand(3, 4))
+
+
+@pytest.mark.parametrize("cls", [NystromLayer, FourierLayer])
+def test_a_map_pickled_with_plain_gamma_attributes_loads(cls: type) -> None:
+    # Before gamma and kernel_params were checked properties, a pickle stored them as
+    # plain attributes: such a state still loads into the same map.
+    layer = cls(4, 6, seed=0)
+    state = layer.__getstate__().copy()
+    state["gamma"], state["kernel_params"] = state.pop("_gamma"), state.pop("_kernel_params")
+    old = cls.__new__(cls)
+    old.__setstate__(state)
+    x = torch.rand(3, 4)
+    assert torch.equal(old(x), layer(x)) and old.gamma == layer.gamma

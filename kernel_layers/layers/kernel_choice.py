@@ -29,6 +29,14 @@ class KernelChoice:
     _kernel_params: dict[str, float]
     _kernel: Kernel
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A map pickled when gamma and kernel_params were plain attributes.
+        if "gamma" in state:
+            state["_gamma"] = state.pop("gamma")
+        if "kernel_params" in state:
+            state["_kernel_params"] = state.pop("kernel_params")
+        super().__setstate__(state)  # type: ignore[misc]  # nn.Module's, by the maps' MRO
+
     @property
     def gamma(self) -> float:
         return self._gamma
