@@ -71,9 +71,10 @@ def test_auto_form_of_rank_deficient_features_keeps_every_digit(scale: float, rh
 def test_forced_dual_form_of_rank_deficient_features_stays_within_its_bounds(
     scale: float, rho: float
 ) -> None:
-    # Forced, the dual form's round-off swamps DI here (it gave -2.74, and 2.99 > L - 1
-    # where robust_cholesky added a jitter): a result outside 0 <= DI <= ||Y_c||^2 is
-    # recomputed in the primal form; within them, the jittered system's own DI is kept.
+    # Forced, the dual form's round-off swamps DI here (it gave -2.74, and 2.99 for a
+    # true 0.18 where robust_cholesky added a jitter): a result outside 0 <= DI <=
+    # ||Y_c||^2 is recomputed in the primal form, and within them DI is that of the
+    # (jittered) system factorised.
     g = torch.Generator().manual_seed(0)
     low_rank = torch.randn(50, 5, generator=g, dtype=torch.float64)
     phi = scale * low_rank @ torch.randn(5, 100, generator=g, dtype=torch.float64)

