@@ -284,7 +284,6 @@ def _loaded_image(file: Path, owner: str) -> Any:
 
 def _decode_image(file: Path, channels: int, owner: str) -> tuple[np.ndarray, float]:
     """``(pixels np.ndarray[C, H, W] float64, the largest value of the file's mode)``."""
-
     with _loaded_image(file, owner) as opened:
         mode = opened.mode
         if mode in _MODE_MAX or (mode == "I" and opened.format == "PNG"):

@@ -389,9 +389,10 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
     @torch.no_grad()
     def _refill_derived_buffers(self) -> None:
         super()._refill_derived_buffers()
-        current = getattr(self, "block_mask", None)  # registered with ard only
-        mask = None if current is None else self._separable_mask(current.dtype)
-        if current is not None and mask is not None:
+        current = getattr(self, "block_mask", None)  # a mask with ard and separable only
+        if current is not None:
+            mask = self._separable_mask(current.dtype)
+            assert mask is not None  # the buffer holds a mask only where there is one
             current.copy_(mask)
 
     def extra_repr(self) -> str:
