@@ -67,6 +67,33 @@ def test_auto_form_of_rank_deficient_features_keeps_every_digit(scale: float, rh
     assert got.item() == pytest.approx(_svd_di(phi.numpy(), y, rho), rel=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_auto_form_bounds_the_round_off_by_the_centred_features(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dual Gram is that of the centred features: a common offset (all-positive
+    # kernel features) leaves its round-off as it is. Bounded by the uncentred norm,
+    # these features took the J^3 primal form, for the same DI.
+    from kernel_layers.objectives import solve
+
+    calls: list[bool] = []
+    original = solve._solve_dual
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        solved = original(*args, **kwargs)
+        calls.append(solved is not None)
+        return solved
+
+    monkeypatch.setattr(solve, "_solve_dual", spy)
+    g = torch.Generator().manual_seed(0)
+    phi = torch.rand(20, 300, generator=g, dtype=torch.float64) + 1e3
+    labels = torch.arange(20) % 4
+    got = discriminant_information(phi.to(dtype), labels, rho=1e-4)
+    assert calls == [True]
+    want = _svd_di(phi.to(dtype).double().numpy(), ref.onehot_unit(labels.numpy(), 4), 1e-4)
+    assert got.item() == pytest.approx(want, rel=1e-12 if dtype == torch.float64 else 1e-3)
+
+
 @pytest.mark.parametrize(("scale", "rho"), [(1e4, 1e-4), (1e4, 1e-6), (1e6, 1e-4)])
 def test_forced_dual_form_of_rank_deficient_features_stays_within_its_bounds(
     scale: float, rho: float

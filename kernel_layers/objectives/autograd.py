@@ -54,7 +54,7 @@ class _DIFunction(torch.autograd.Function):
         targets: Tensor,
         rho: float,
         scale_columns: bool,
-        dual: bool,
+        form: str,
         owner: str,
         sync: Sync | None = None,
         check_values: bool = False,
@@ -62,7 +62,7 @@ class _DIFunction(torch.autograd.Function):
         with autocast_off(features):
             features = upcast(features)
             di, residual, a, y_c = di_solve(
-                features, targets, rho, scale_columns, dual, owner, sync, check_values
+                features, targets, rho, scale_columns, form, owner, sync, check_values
             )
             ctx.save_for_backward(residual, a, y_c)
             return di.to(features.dtype)

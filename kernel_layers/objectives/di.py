@@ -32,11 +32,6 @@ __all__ = ["DEFAULT_RHO", "FORMS", "DILoss", "check_rho", "discriminant_informat
 DEFAULT_RHO = 1e-4
 #: Forms of the DI computation: ``"auto"``, ``"primal"`` (``J x J``), ``"dual"`` (``B x B``).
 FORMS = ("auto", "primal", "dual")
-#: ``form="auto"`` takes the dual form for ``B < J`` only where its round-off bound
-#: ``eps ||Phi||_F^2 / rho`` is at most this. The bound is loose (Gaussian features of rank
-#: 5 with bounds of 5e-4 and 0.55 erred by 1e-5 and 4e-5, uniform full-rank ones with a
-#: bound of 1e-7 by nothing); the primal form, exact to float64 either way, costs ``J^3``.
-DUAL_ROUNDOFF_LIMIT = 1e-5
 
 
 def check_rho(owner: str, rho: float) -> float:
@@ -69,12 +64,13 @@ def discriminant_information(
         num_classes: number of classes ``L`` for integer labels (default
             ``max(label) + 1``; absent classes contribute nothing).
         form: ``"primal"`` (``J x J`` solve), ``"dual"`` (``B x B`` solve) or
-            ``"auto"`` (dual when ``B < J`` and its round-off bound ``eps ||Phi||_F^2 /
-            rho`` is within :data:`DUAL_ROUNDOFF_LIMIT`; the dual form loses digits on
-            features of rank below ``B - 1`` with a ``rho`` that small). Both give the
-            same value up to that round-off; note that with
-            ``B <= J`` the centred features span the batch and DI tends to its maximum
-            as ``rho -> 0``, which is why the paper keeps batches larger than ``J``.
+            ``"auto"`` (dual when ``B < J`` and its round-off bound ``eps ||Phi_c||_F^2
+            / rho`` is within :data:`~kernel_layers.objectives.solve.DUAL_ROUNDOFF_LIMIT`;
+            the dual form loses digits on features of rank below ``B - 1`` with a
+            ``rho`` that small). Both give the same value up to that round-off; note
+            that with ``B <= J`` the centred features span the batch and DI tends to
+            its maximum as ``rho -> 0``, which is why the paper keeps batches larger
+            than ``J``.
         sync_dist: under ``torch.distributed`` (world size > 1), compute the exact DI of
             the union of every process's batch by all-reducing the sufficient
             statistics; the gradient with respect to the local features equals the
@@ -97,7 +93,7 @@ def discriminant_information(
     )
     rho = check_rho(owner, rho)
     check_choice(owner, "form", form, FORMS)
-    batch, width = features.shape
+    batch = features.shape[0]
     if batch < 2:
         raise ValueError(f"{owner}: argument 'features' must have at least 2 rows, got {batch}")
     sync = Sync.create(sync_dist, process_group)
@@ -110,20 +106,9 @@ def discriminant_information(
     y, scale_columns = encode_targets(
         targets, batch, num_classes=num_classes, owner=owner, dtype=features.dtype
     )
-    dual = sync is None and (
-        form == "dual" or (form == "auto" and batch < width and _dual_is_accurate(features, rho))
-    )
-    return _DIFunction.apply(features, y, rho, scale_columns, dual, owner, sync, not scan)
-
-
-def _dual_is_accurate(features: Tensor, rho: float) -> bool:
-    """Whether the dual form's round-off, at most ``eps ||Phi||_F^2 / rho`` relative
-    (it grows so where the centred features have rank below ``B - 1``), is within
-    :data:`DUAL_ROUNDOFF_LIMIT`; where no host read may decide, as ``B < J`` says."""
-    if torch.compiler.is_compiling() or active_checks() is not None:
-        return True
-    squares = float(features.detach().to(torch.float64).square().sum())
-    return torch.finfo(torch.float64).eps * squares <= DUAL_ROUNDOFF_LIMIT * rho
+    if sync is not None:
+        form = "primal"
+    return _DIFunction.apply(features, y, rho, scale_columns, form, owner, sync, not scan)
 
 
 class DILoss(nn.Module):

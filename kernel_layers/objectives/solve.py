@@ -30,7 +30,14 @@ from kernel_layers.objectives.statistics import (
     moment_sums,
 )
 
-__all__ = ["di_solve", "factor_scatter", "nysdi_solve", "solve_primal"]
+__all__ = ["DUAL_ROUNDOFF_LIMIT", "di_solve", "factor_scatter", "nysdi_solve", "solve_primal"]
+
+#: DI's ``form="auto"`` keeps the dual form only where its round-off bound
+#: ``eps ||Phi_c||_F^2 / rho`` (``||Phi_c||_F^2`` the dual Gram's trace) is at most this.
+#: The bound is loose (Gaussian features of rank 5 with bounds of 5e-4 and 0.55 erred by
+#: 1e-5 and 4e-5, uniform full-rank ones with a bound of 1e-7 by nothing); the primal
+#: form, exact to float64 either way, costs ``J^3``.
+DUAL_ROUNDOFF_LIMIT = 1e-5
 
 
 def _regularised(gram: Tensor, rho: Tensor) -> Tensor:
@@ -126,17 +133,27 @@ def check_column_sums(owner: str, features: Tensor, column_sums: Tensor) -> None
     )
 
 
+def _dual_is_accurate(gram: Tensor, rho: float) -> bool:
+    """Whether the dual form's round-off, at most ``eps tr(G) / rho`` relative for the
+    centred Gram ``G = Phi_c Phi_c^T`` (it grows so where ``Phi_c`` has rank below ``B -
+    1``), is within :data:`DUAL_ROUNDOFF_LIMIT`; where no host read may decide, yes."""
+    if torch.compiler.is_compiling() or active_checks() is not None:
+        return True
+    trace = float(gram.diagonal().sum(dtype=SOLVE_DTYPE))
+    return torch.finfo(SOLVE_DTYPE).eps * trace <= DUAL_ROUNDOFF_LIMIT * rho
+
+
 def _solve_dual(
-    phi_c: Tensor, y_c: Tensor, rho: float, owner: str
-) -> tuple[Tensor, Tensor, Tensor]:
+    phi_c: Tensor, y_c: Tensor, rho: float, owner: str, *, forced: bool
+) -> tuple[Tensor, Tensor, Tensor] | None:
     """DI by the ``B x B`` system ``Phi_c Phi_c^T + rho I`` (one process's rows).
 
     Its round-off grows as ``eps ||Phi_c Phi_c^T|| / rho`` where ``Phi_c`` has rank
-    below ``B - 1`` (the primal form's does not): the ``"primal"`` form suits such
-    features with a ``rho`` that small.
+    below ``B - 1`` (the primal form's does not): unless ``forced``, ``None`` where that
+    bound exceeds :data:`DUAL_ROUNDOFF_LIMIT` (the primal form suits such features).
 
     Returns:
-        tuple[Tensor[], Tensor[B, L], Tensor[J, L]]: DI (float64), the residual
+        tuple[Tensor[], Tensor[B, L], Tensor[J, L]] | None: DI (float64), the residual
         ``rho Q = Y_c - Phi_c A`` and ``A = Phi_c^T Q``, in ``phi_c``'s dtype.
     """
     rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=phi_c.device)
@@ -145,6 +162,8 @@ def _solve_dual(
     # not bound the round-off a float32 Gram leaves there, so it is formed in float64.
     if phi_c.shape[0] <= phi_c.shape[1]:
         gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
+        if not (forced or _dual_is_accurate(gram, rho)):
+            return None
         factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
     if factor is None:  # too coarse in float32: redo the B x B product in float64
         gram = gram_matrix(phi_c.to(SOLVE_DTYPE), transpose=True)
@@ -171,7 +190,7 @@ def di_solve(
     targets: Tensor,
     rho: float,
     scale_columns: bool,
-    dual: bool,
+    form: str,
     owner: str,
     sync: Sync | None = None,
     check_values: bool = False,
@@ -185,7 +204,9 @@ def di_solve(
         targets (Tensor[B, L]): encoded targets.
         rho: the ridge ``> 0``.
         scale_columns: scale each target column to unit norm.
-        dual: use the ``B x B`` form (one process only).
+        form: ``"primal"`` (the ``J x J`` system), ``"dual"`` (the ``B x B`` system, one
+            process only) or ``"auto"`` (dual for ``B < J`` within its round-off bound
+            :data:`DUAL_ROUNDOFF_LIMIT`, else primal).
         owner: the caller's name for messages.
         sync: the reducer: DI of the union of every process's rows.
         check_values: check the features' entries from their column sums.
@@ -201,8 +222,10 @@ def di_solve(
         check_column_sums(owner, features, sums[1 : 1 + width])
     moments = compute_moments(sums, width, scale_columns=scale_columns, sync=sync)
     phi_c, y_c = centre(features, targets, moments)
-    if dual:
-        di, residual, a = _solve_dual(phi_c, y_c, rho, owner)
+    dual = form == "dual" or (form == "auto" and features.shape[0] < width)
+    solved = _solve_dual(phi_c, y_c, rho, owner, forced=form == "dual") if dual else None
+    if solved is not None:
+        di, residual, a = solved
         if torch.compiler.is_compiling() or active_checks() is not None or _in_bounds(di, y_c):
             return di, residual, a, y_c
         # outside 0 <= DI <= ||Y_c||^2: the dual form's round-off swamped it (features of
