@@ -172,18 +172,17 @@ class KernelClassifier(KernelModule):
             lr_schedule=lr_schedule,
             keep_best=keep_best,
         )
-        numbers = preflight.check_scalars(
+        # The checked values, Python numbers, are the ones recorded below.
+        num_classes, lr, backbone_lr, rho, head_rho, approximation_rows = preflight.check_scalars(
             owner,
             outputs=("num_classes", num_classes),
-            positive={"lr": lr},
-            optional_positive={"backbone_lr": backbone_lr, "rho": rho, "head_rho": head_rho},
-            flags={"init_landmarks": init_landmarks, "return_scores": return_scores},
+            lr=lr,
+            backbone_lr=backbone_lr,
+            rho=rho,
+            head_rho=head_rho,
             approximation_rows=approximation_rows,
+            flags={"init_landmarks": init_landmarks, "return_scores": return_scores},
         )
-        # The checked values, Python numbers, are the ones recorded below.
-        num_classes, lr = numbers["num_classes"], numbers["lr"]
-        backbone_lr, rho, head_rho = numbers["backbone_lr"], numbers["rho"], numbers["head_rho"]
-        approximation_rows = numbers["approximation_rows"]
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self._build(
             kernel_layer,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KEEP_BEST",
+    "Scalars",
     "at_setup",
     "check_arguments",
     "check_checkpoint_dirs",
@@ -240,37 +241,51 @@ def check_arguments(
         )
 
 
+class Scalars(NamedTuple):
+    """The checked one-value arguments of a kernel module, as Python numbers."""
+
+    outputs: int
+    lr: float
+    backbone_lr: float | None
+    rho: float | None
+    head_rho: float | None
+    approximation_rows: int
+
+
 def check_scalars(
     owner: str,
     *,
     outputs: tuple[str, object],
-    positive: dict[str, object],
-    optional_positive: dict[str, object],
-    flags: dict[str, object],
+    lr: object,
+    backbone_lr: object,
+    rho: object,
+    head_rho: object,
     approximation_rows: object,
-) -> dict[str, Any]:
+    flags: dict[str, object],
+) -> Scalars:
     """The one-value argument checks of the kernel modules: ``outputs``, the name and
-    value of ``num_classes >= 2`` (a classifier) or ``num_targets >= 1`` (a regressor), each of
-    ``positive`` (and each of ``optional_positive`` but ``None``) a finite number > 0,
-    each of ``flags`` a bool, ``approximation_rows >= 0``.
+    value of ``num_classes >= 2`` (a classifier) or ``num_targets >= 1`` (a regressor),
+    ``lr`` (and ``backbone_lr``, ``rho``, ``head_rho`` but ``None``) a finite number >
+    0, ``approximation_rows >= 0``, each of ``flags`` a bool.
 
     Returns:
-        Every checked number by name as a Python ``int`` or ``float`` (a NumPy scalar
-        given is not one: the hyper-parameters and ``weights_only`` checkpoints hold
-        these), ``None`` kept.
+        The checked numbers as Python ``int`` or ``float`` (a NumPy scalar given is not
+        one: the hyper-parameters and ``weights_only`` checkpoints hold these), ``None``
+        kept.
 
     Raises:
         TypeError | ValueError: naming the argument, the expectation and the value.
     """
     name, value = outputs
-    numbers: dict[str, Any] = {
-        name: check_int(owner, name, value, minimum=2 if name == "num_classes" else 1),
-        "approximation_rows": check_int(owner, "approximation_rows", approximation_rows, minimum=0),
-    }
-    for name, value in positive.items():
-        numbers[name] = check_positive(owner, name, value)
-    for name, value in optional_positive.items():
-        numbers[name] = None if value is None else check_positive(owner, name, value)
-    for name, value in flags.items():
-        check_bool(owner, name, value)
-    return numbers
+    optional = {"backbone_lr": backbone_lr, "rho": rho, "head_rho": head_rho}
+    scalars = Scalars(
+        outputs=check_int(owner, name, value, minimum=2 if name == "num_classes" else 1),
+        lr=check_positive(owner, "lr", lr),
+        **{
+            key: None if v is None else check_positive(owner, key, v) for key, v in optional.items()
+        },
+        approximation_rows=check_int(owner, "approximation_rows", approximation_rows, minimum=0),
+    )
+    for flag, given in flags.items():
+        check_bool(owner, flag, given)
+    return scalars

@@ -151,20 +151,19 @@ class KernelRegressor(KernelModule):
             check_every_choices=CHECK_EVERY,
             lr_schedule=lr_schedule,
         )
-        numbers = preflight.check_scalars(
+        # The checked values, Python numbers, are the ones recorded below.
+        num_targets, lr, backbone_lr, rho, head_rho, approximation_rows = preflight.check_scalars(
             owner,
             outputs=("num_targets", num_targets),
-            positive={"lr": lr},
-            optional_positive={"backbone_lr": backbone_lr, "head_rho": head_rho, "rho": rho},
-            flags={"init_landmarks": init_landmarks},
+            lr=lr,
+            backbone_lr=backbone_lr,
+            rho=rho,
+            head_rho=head_rho,
             approximation_rows=approximation_rows,
+            flags={"init_landmarks": init_landmarks},
         )
         if keep_best is not None:
             check_choice(owner, "keep_best", keep_best, KEEP_BEST)
-        # The checked values, Python numbers, are the ones recorded below.
-        num_targets, lr = numbers["num_targets"], numbers["lr"]
-        backbone_lr, rho, head_rho = numbers["backbone_lr"], numbers["rho"], numbers["head_rho"]
-        approximation_rows = numbers["approximation_rows"]
         self.save_hyperparameters(ignore=["kernel_layer", "backbone"])
         self._build(kernel_layer, backbone, given, num_outputs=num_targets, head_rho=head_rho)
         self.val_metrics = _metrics("validation").clone(prefix="val/")
