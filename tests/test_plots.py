@@ -60,7 +60,11 @@ def test_landmark_grid_places_every_image() -> None:
     canvas = _grid(images, columns=3)
     assert canvas.shape == (2 * 3, 3 * 4)
     assert (canvas[0:2, 4:7] == images[1]).all() and (canvas[3:5, 4:7] == images[4]).all()
-    with pytest.raises(ValueError, match=r"landmarks must have 64 columns \(images 8x8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'image_shape' must give images of the landmarks' width, 60 columns; "
+        r"got \(8, 8\) \(64 columns\)",
+    ):
         plot_landmarks([("x", torch.rand(4, 60))], (8, 8), "unused.png")
 
 

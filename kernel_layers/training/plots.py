@@ -149,18 +149,20 @@ def plot_landmarks(
         count: how many landmarks (the first ones) to draw per panel.
 
     Raises:
-        ValueError: the landmarks are not ``H * W`` wide.
+        ValueError: ``image_shape`` does not give the landmarks' width ``H * W``.
     """
     height, width = (int(s) for s in tuple(image_shape)[-2:])
+    for _, landmarks in panels:
+        if landmarks.shape[-1] != height * width:
+            raise ValueError(
+                "plot_landmarks: argument 'image_shape' must give images of the landmarks' "
+                f"width, {landmarks.shape[-1]} columns; got {tuple(image_shape)} "
+                f"({height * width} columns)"
+            )
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.4))
     for axis, (title, landmarks) in zip(np.atleast_1d(axes), panels, strict=True):
         data = landmarks.detach().double().cpu().numpy()[:count]
-        if data.shape[1] != height * width:
-            raise ValueError(
-                f"plot_landmarks: landmarks must have {height * width} columns (images "
-                f"{height}x{width}), got {data.shape[1]}"
-            )
         columns = math.ceil(math.sqrt(len(data)))
         axis.imshow(_grid(data.reshape(-1, height, width), columns), cmap="gray")
         axis.set_title(title)
