@@ -89,10 +89,12 @@ def check_finite(
         )
     largest = max(-low_value, high_value)
     if max_abs is not None and largest > max_abs:
+        limit_dtype = dtype or x.dtype
+        wider = "" if limit_dtype == torch.float64 else " or use float64"
         raise ValueError(
             f"{owner}: argument '{name}' must have entries with |value| <= {max_abs:.3g} "
-            f"in {dtype or x.dtype}{' (' + why + ')' if why else ''}, got max |value| = "
-            f"{largest:.3g}; scale the inputs (e.g. to [0, 1]) or use float64"
+            f"in {limit_dtype}{' (' + why + ')' if why else ''}, got max |value| = "
+            f"{largest:.3g}; scale the inputs (e.g. to [0, 1]){wider}"
         )
 
 

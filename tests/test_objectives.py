@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -130,6 +131,26 @@ def test_float_targets_whose_squares_overflow_are_refused(
         r"\(larger ones overflow the sums of squares over the batch\)",
     ):
         discriminant_information(phi, y)
+
+
+@pytest.mark.parametrize(
+    ("b", "j", "form"), [(60, 12, "primal"), (12, 30, "auto"), (12, 30, "dual")]
+)
+def test_features_whose_squares_overflow_are_named(b: int, j: int, form: str) -> None:
+    # Finite float64 features whose scatter is not: the factorisation failed naming a
+    # matrix, not the argument. Entries within the limit still factorise.
+    phi = _features(b, j)
+    labels = torch.arange(b) % 3
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'features' must have entries with \|value\| <= .* in torch.float64 "
+        r"\(larger ones overflow the sums of squares over the batch\), got max \|value\| = "
+        r".*e\+160; scale the inputs \(e.g. to \[0, 1\]\)$",
+    ):
+        discriminant_information(phi * 1e160, labels, form=form)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a jitter, at this size
+        assert math.isfinite(discriminant_information(phi * 1e150, labels, form=form).item())
 
 
 def test_di_regression_targets_used_as_is() -> None:

@@ -16,7 +16,7 @@ from torch import Tensor
 from kernel_layers.kernels.autograd import gaussian_grads, gaussian_matrix
 from kernel_layers.numerics.linalg import refuse_double_backward
 from kernel_layers.numerics.precision import SOLVE_DTYPE, autocast_off, upcast
-from kernel_layers.objectives.solve import di_solve, nysdi_solve
+from kernel_layers.objectives.solve import di_solve, naming_square_overflow, nysdi_solve
 from kernel_layers.objectives.statistics import Sync
 
 __all__ = ["_DIFunction", "_GaussianNysDIFunction", "_NysDIFunction"]
@@ -61,9 +61,10 @@ class _DIFunction(torch.autograd.Function):
     ) -> Tensor:
         with autocast_off(features):
             features = upcast(features)
-            di, residual, a, y_c = di_solve(
-                features, targets, rho, scale_columns, form, owner, sync, check_values
-            )
+            with naming_square_overflow(owner, features):
+                di, residual, a, y_c = di_solve(
+                    features, targets, rho, scale_columns, form, owner, sync, check_values
+                )
             ctx.save_for_backward(residual, a, y_c)
             return di.to(features.dtype)
 

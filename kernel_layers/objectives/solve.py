@@ -11,9 +11,13 @@ value at ``O(B^2 J)``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor
 
+from kernel_layers._tensor_checks import check_finite
 from kernel_layers._validation import check_matrix
 from kernel_layers.numerics import precision
 from kernel_layers.numerics.deferred import active_checks
@@ -21,7 +25,14 @@ from kernel_layers.numerics.linalg import (
     gram_matrix,
     robust_cholesky,
 )
-from kernel_layers.numerics.precision import SOLVE_DTYPE, SUM_OVERFLOW, roundoff_estimate, sum_limit
+from kernel_layers.numerics.precision import (
+    SOLVE_DTYPE,
+    SQUARE_OVERFLOW,
+    SUM_OVERFLOW,
+    roundoff_estimate,
+    square_sum_limit,
+    sum_limit,
+)
 from kernel_layers.objectives.statistics import (
     Sync,
     centre,
@@ -30,7 +41,14 @@ from kernel_layers.objectives.statistics import (
     moment_sums,
 )
 
-__all__ = ["DUAL_ROUNDOFF_LIMIT", "di_solve", "factor_scatter", "nysdi_solve", "solve_primal"]
+__all__ = [
+    "DUAL_ROUNDOFF_LIMIT",
+    "di_solve",
+    "factor_scatter",
+    "naming_square_overflow",
+    "nysdi_solve",
+    "solve_primal",
+]
 
 #: DI's ``form="auto"`` keeps the dual form only where its round-off bound
 #: ``eps ||Phi_c||_F^2 / rho`` (``||Phi_c||_F^2`` the dual Gram's trace) is at most this.
@@ -131,6 +149,19 @@ def check_column_sums(owner: str, features: Tensor, column_sums: Tensor) -> None
         f"{owner}: argument 'features' must have column sums finite in {features.dtype} "
         f"({SUM_OVERFLOW})"
     )
+
+
+@contextmanager
+def naming_square_overflow(owner: str, features: Tensor) -> Iterator[None]:
+    """Where a factorisation fails, name ``features`` if their squares summed over the
+    batch overflow :data:`SOLVE_DTYPE` (the scatter or Gram is then not finite); the
+    check runs on that failure only."""
+    try:
+        yield
+    except RuntimeError:
+        limit = square_sum_limit(features.shape[0], SOLVE_DTYPE)
+        check_finite(owner, "features", features, max_abs=limit, why=SQUARE_OVERFLOW)
+        raise
 
 
 def _dual_is_accurate(gram: Tensor, rho: float) -> bool:
