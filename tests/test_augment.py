@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from formats import make_mnist_dir
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 
 from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.data import FashionMNISTDataModule, MNISTDataModule
@@ -169,3 +169,69 @@ def test_fit_trains_on_the_augmented_batches(tmp_path: Path) -> None:
         assert torch.equal(y, ya)
         params = draw_shift_flip(len(x), 2, True, step_generator(0, step))
         assert torch.equal(xa, shift_flip(x, params)) and not torch.equal(xa, x)
+
+
+def _old_step_generator(seed: int, step: int, rank: int = 0) -> torch.Generator:
+    """The draws of releases before micro-batch seeding, pinned for the recorded runs."""
+    entropy = np.random.SeedSequence([seed, step, rank]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(entropy) & ((1 << 63) - 1))
+
+
+class _Plain(LightningModule):
+    """Learns nothing: the recorded batches are the whole point."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch, batch_idx):
+        return (self.w.weight * 0).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _fit_accumulating(root: Path, augment: bool, accumulate: int) -> list[list[torch.Tensor]]:
+    dm = MNISTDataModule(
+        root,
+        flatten=False,
+        download=False,
+        batch_size=8,
+        val_fraction=0.0,
+        augment_shift=3 if augment else 0,
+    )
+    record = _Record()
+    Trainer(
+        max_epochs=1,
+        accumulate_grad_batches=accumulate,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[record],
+        default_root_dir=root,
+        accelerator="cpu",
+    ).fit(_Plain(), dm)
+    return record.batches
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_each_accumulated_micro_batch_gets_its_own_draws(tmp_path: Path, accumulate: int) -> None:
+    """With ``accumulate_grad_batches=2`` the two batches of a step (same global step) are
+    shifted with different draws: the first with the step's, the second with those of
+    micro-batch 1. Without accumulation every batch keeps the step's draws of before."""
+    make_mnist_dir(tmp_path)
+    plain = _fit_accumulating(tmp_path, False, accumulate)
+    augmented = _fit_accumulating(tmp_path, True, accumulate)
+    assert len(plain) == len(augmented) == 6  # 50 rows, batches of 8, last dropped
+    for k, ((x, y), (xa, ya)) in enumerate(zip(plain, augmented, strict=True)):
+        assert torch.equal(y, ya)
+        step, micro = divmod(k, accumulate)
+        step_draws = draw_shift_flip(len(x), 3, False, _old_step_generator(0, step))
+        if micro == 0:  # the first micro-batch (every batch without accumulation): as before
+            assert torch.equal(xa, shift_flip(x, step_draws))
+        else:
+            assert not torch.equal(xa, shift_flip(x, step_draws))  # the old code's
+            own = draw_shift_flip(len(x), 3, False, step_generator(0, step, micro_batch=micro))
+            assert torch.equal(xa, shift_flip(x, own))

@@ -802,6 +802,31 @@ def test_ddp_training_loader_keeps_the_data_modules_shuffle(shuffle: bool) -> No
     assert sorted(orders[0] + orders[1]) == list(range(32))  # each row on one rank once
 
 
+@pytest.mark.parametrize("batch_size", [None, 100])
+def test_ddp_training_batches_are_capped_at_each_processs_share(batch_size: int | None) -> None:
+    """A fake 2-rank trainer: 45 training rows give each rank ceil(45 / 2) = 23 (the
+    DistributedSampler's length, one row repeated on rank 1); a batch capped at all 45
+    rows would leave each rank no full batch (drop_last) and train on nothing."""
+    x = np.arange(90, dtype=np.float64).reshape(45, 2)
+    y = np.arange(45) % 2
+    for rank in (0, 1):
+        dm = TensorDataModule(x, y, x[:4], y[:4], batch_size=batch_size, val_fraction=0.0)
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)  # type: ignore[assignment]
+        dm.setup()
+        if batch_size is None:  # the batch rule's 1000: capped without a warning
+            loader = dm.train_dataloader()
+        else:
+            with pytest.warns(
+                UserWarning,
+                match=r"batch_size=100 exceeds the 23 training rows of each of the 2 "
+                r"processes; using batches of 23",
+            ):
+                loader = dm.train_dataloader()
+        assert len(loader.sampler) == 23  # type: ignore[arg-type]
+        batches = list(loader)
+        assert len(loader) == len(batches) == 1 and batches[0][0].shape == (23, 2)
+
+
 def test_a_distributed_training_loader_resumes_mid_epoch() -> None:
     """Under DDP a fit killed mid-epoch resumes with the batches it had not trained on:
     rank 1's share of DistributedSampler's order, after the consumed batches."""

@@ -119,3 +119,16 @@ def test_covtype_file_too_small_to_split_names_the_file(tmp_path: Path, rows: in
         r"train / test split",
     ):
         CovTypeDataModule(tmp_path, download=False).setup()
+
+
+def test_a_npy_under_the_npz_cache_name_is_named(tmp_path: Path) -> None:
+    """A single ``.npy`` array under the ``.npz`` cache name: ``np.load`` returns an
+    array, not an archive; the reader's own error names the file (was a raw TypeError)."""
+    with open(tmp_path / "covtype-arrays.npz", "wb") as fh:
+        np.save(fh, np.zeros((10, 55)))
+    with pytest.raises(
+        ValueError,
+        match=r"CovTypeDataModule: '.*covtype-arrays.npz' must be a .npz archive of plain "
+        r"arrays 'x' and 'y' \(it holds a single ndarray, not an archive\)",
+    ):
+        CovTypeDataModule(tmp_path, download=False).setup()

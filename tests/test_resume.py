@@ -129,3 +129,74 @@ def test_loading_a_checkpoint_of_another_shape_explains(runs: dict[str, Path]) -
     )
     with pytest.raises(ValueError, match=match):
         trainer.fit(model, data(), ckpt_path=str(path), weights_only=True)
+
+
+# ---------------------------------------------------- in-process: limit_train_batches
+class _Seen(L.LightningModule):
+    """Records the labels (row ids) of every training batch; learns nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Linear(1, 1)
+        self.seen: list[list[int]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch[1].tolist())
+        return self.w(batch[0][:, :1]).sum() * 0
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class _Stop(Exception):
+    pass
+
+
+class _StopAt(L.Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            raise _Stop
+
+
+def _limited_fit(out: Path, *, stop: int | None = None, resume: bool = False) -> list[list[int]]:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from kernel_layers.data import TensorDataModule
+
+    x = torch.arange(40, dtype=torch.float32)[:, None].repeat(1, 2)
+    y = torch.arange(40)  # label = row id
+    dm = TensorDataModule(x, y, x[:4], y[:4], num_classes=40, batch_size=8, val_fraction=0.0)
+    callbacks: list[L.Callback] = [ModelCheckpoint(out, save_last=True, every_n_train_steps=1)]
+    if stop is not None:
+        callbacks.append(_StopAt(stop))
+    model = _Seen()
+    trainer = L.Trainer(
+        max_epochs=2,
+        limit_train_batches=3,  # 3 of the 5 batches of an epoch
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+    )
+    try:
+        trainer.fit(model, dm, ckpt_path="last" if resume else None, weights_only=False)
+    except _Stop:
+        pass
+    return model.seen
+
+
+def test_resume_after_an_epoch_cut_short_by_limit_train_batches(tmp_path: Path) -> None:
+    """The last checkpoint of epoch 0 holds the loader's ``{'epoch': 0, 'batches': 3}``;
+    Lightning resumes with epoch 1, whose batches must all be trained on (the count of
+    epoch 0 skipped none of them), exactly as in the uninterrupted run."""
+    want = _limited_fit(tmp_path / "plain")
+    assert len(want) == 6
+    first = _limited_fit(tmp_path / "killed", stop=3)  # stops at epoch 1's first batch
+    assert first == want[:3]
+    second = _limited_fit(tmp_path / "killed", resume=True)
+    assert second == want[3:]

@@ -31,9 +31,13 @@ class ShiftFlip:
         self.dy, self.dx, self.flip = dy, dx, flip
 
 
-def step_generator(seed: int, step: int, rank: int = 0) -> torch.Generator:
-    """A CPU generator seeded from ``(seed, step, rank)`` (independent streams)."""
-    entropy = np.random.SeedSequence([seed, step, rank]).generate_state(1, np.uint64)[0]
+def step_generator(seed: int, step: int, rank: int = 0, micro_batch: int = 0) -> torch.Generator:
+    """A CPU generator seeded from ``(seed, step, rank)`` (independent streams), and from
+    ``micro_batch`` too when it is not ``0``: the index of a batch among those accumulated
+    into one optimizer step (``accumulate_grad_batches``), so each gets its own draws
+    while micro-batch ``0`` (every batch without accumulation) keeps the step's."""
+    words = [seed, step, rank] if micro_batch == 0 else [seed, step, rank, micro_batch]
+    entropy = np.random.SeedSequence(words).generate_state(1, np.uint64)[0]
     return torch.Generator().manual_seed(int(entropy) & ((1 << 63) - 1))
 
 

@@ -75,7 +75,7 @@ class ArrayDataModule(PredictSource, LightningDataModule):
     Args:
         batch_size: training (and evaluation) batch size; ``None`` applies the paper's
             rule :func:`default_batch_size`. Training batches are capped at the size of
-            the training split.
+            the training split (under DDP, at each process's share of it).
         num_features: output width ``J`` of the kernel layer, used only by the batch-size
             rule ``max(1000, 2 J)``.
         val_fraction: fraction of the training split held out for validation, in
@@ -352,15 +352,20 @@ class ArrayDataModule(PredictSource, LightningDataModule):
     # ------------------------------------------------------------------ loaders
     def _loader(self, dataset: TensorDataset, *, train: bool) -> DataLoader:
         batch_size = self.batch_size
-        if train and batch_size > len(dataset):
+        trainer = getattr(self, "trainer", None)
+        world_size = 1 if trainer is None else trainer.world_size
+        # Under DDP each process trains on its DistributedSampler's share, ceil(N / world),
+        # so a batch is capped at that share (or drop_last would leave no batch at all).
+        rows = -(-len(dataset) // world_size)
+        if train and batch_size > rows:
             if self._requested_batch_size is not None and not self._warned_cap:
+                where = "" if world_size == 1 else f" of each of the {world_size} processes"
                 rank_zero_warn(
-                    f"{self._name}: batch_size={batch_size} exceeds the {len(dataset)} "
-                    f"training rows; using batches of {len(dataset)}"
+                    f"{self._name}: batch_size={batch_size} exceeds the {rows} "
+                    f"training rows{where}; using batches of {rows}"
                 )
                 self._warned_cap = True
-            batch_size = len(dataset)
-        trainer = getattr(self, "trainer", None)
+            batch_size = rows
         return make_loader(
             dataset,
             batch_size=batch_size,
@@ -370,7 +375,7 @@ class ArrayDataModule(PredictSource, LightningDataModule):
             seed=self.seed,
             shuffle=self.shuffle,
             drop_last=self.drop_last,
-            world_size=1 if trainer is None else trainer.world_size,
+            world_size=world_size,
             rank=0 if trainer is None else trainer.global_rank,
         )
 

@@ -39,6 +39,18 @@ LABELS_MD5 = {
 }
 
 
+def _micro_batch(trainer: Any) -> int:
+    """The index of the batch being transferred among the ``accumulate_grad_batches`` of
+    its optimizer step (``0`` without accumulation). Lightning counts the batches of the
+    epoch it has readied (``increment_ready`` follows the transfer hooks) and steps when
+    that count reaches a multiple of ``k`` or the epoch's last batch; the count is part of
+    the loop state a checkpoint restores."""
+    accumulate = int(getattr(trainer, "accumulate_grad_batches", 1))
+    if accumulate <= 1:
+        return 0
+    return int(trainer.fit_loop.epoch_loop.batch_progress.current.ready) % accumulate
+
+
 class _IDXDataModule(ArrayDataModule):
     """MNIST-format data (four IDX files) through ``torchvision.datasets``."""
 
@@ -86,13 +98,17 @@ class _IDXDataModule(ArrayDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches only: each image shifted by up to ``augment_shift`` pixels per
         axis and, with ``augment_flip``, mirrored left-right with probability 1/2, on the
-        batch's device. The draws are seeded by ``(seed, global step, rank)``: a run
-        resumed from a checkpoint augments exactly as the uninterrupted run."""
+        batch's device. The draws are seeded by ``(seed, global step, rank)`` and, with
+        ``accumulate_grad_batches=k > 1``, by the batch's index among the ``k`` of its
+        step (from Lightning's batch progress, restored on resume): a run resumed from a
+        checkpoint augments exactly as the uninterrupted run."""
         trainer = getattr(self, "trainer", None)
         if trainer is None or not trainer.training or not (self.augment_shift or self.augment_flip):
             return batch
         x = batch[0]
-        generator = step_generator(self.seed, trainer.global_step, trainer.global_rank)
+        generator = step_generator(
+            self.seed, trainer.global_step, trainer.global_rank, _micro_batch(trainer)
+        )
         params = draw_shift_flip(x.shape[0], self.augment_shift, self.augment_flip, generator)
         images = shift_flip(x.reshape(x.shape[0], *MNIST_IMAGE_SHAPE), params)
         return [images.reshape(x.shape), *batch[1:]]

@@ -77,7 +77,10 @@ def read_arrays(
         ValueError: the file is not such an archive (or holds objects).
     """
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single .npy array
+            raise ValueError(f"it holds a single {type(loaded).__name__}, not an archive")
+        with loaded as archive:
             return archive["x"], archive["y"]
     except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise ValueError(  # an empty, truncated or foreign file included

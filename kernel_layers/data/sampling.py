@@ -106,6 +106,8 @@ class ResumableLoader(DataLoader):
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self._yielded = 0
         self._skip = 0
+        #: The epoch ``_skip`` belongs to (set by :meth:`load_state_dict`), else ``None``.
+        self._skip_epoch: int | None = None
 
     # DataLoader.__iter__ is typed to return its private iterator class; a generator
     # that resumes mid-epoch serves the same protocol.
@@ -113,8 +115,14 @@ class ResumableLoader(DataLoader):
         return self._batches()
 
     def _batches(self) -> Iterator[Any]:
+        # A generator: this runs at the first next(), after Lightning's set_epoch. A
+        # checkpoint taken at the end of an epoch cut short (limit_train_batches) restores
+        # that epoch's count, but Lightning resumes with the next epoch: skip nothing then.
         skip, self._skip = self._skip, 0
+        skip_epoch, self._skip_epoch = self._skip_epoch, None
         assert isinstance(self.sampler, _RESUMABLE) and self.batch_size is not None
+        if skip_epoch is not None and self.sampler.epoch != skip_epoch:
+            skip = 0
         self.sampler.start = skip * self.batch_size
         self._yielded = skip
         for batch in super().__iter__():
@@ -127,9 +135,12 @@ class ResumableLoader(DataLoader):
         return {"epoch": self.sampler.epoch, "batches": self._yielded}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume the epoch ``state`` describes, after its consumed batches."""
+        """Resume the epoch ``state`` describes, after its consumed batches (when the
+        epoch iterated next is that epoch; from its start for any other)."""
         assert isinstance(self.sampler, _RESUMABLE)
-        self.sampler.set_epoch(int(state["epoch"]))
+        epoch = int(state["epoch"])
+        self.sampler.set_epoch(epoch)
+        self._skip_epoch = epoch
         self._skip = int(state["batches"]) % max(len(self), 1)
 
 
