@@ -10,7 +10,11 @@ C++ code generation, which would take minutes on a 2-core CI machine.
 from __future__ import annotations
 
 import copy
+import math
+import re
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -18,8 +22,17 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_layers import FourierLayer, NystromLayer, available_kernels
+from kernel_layers import (
+    EnsembleNystrom,
+    FastfoodLayer,
+    FourierLayer,
+    KernelFeatureMap,
+    NystromLayer,
+    available_kernels,
+)
 from kernel_layers.training.backbones import SmallCNN
+from kernel_layers.training.export import export_onnx
+from kernel_layers.training.predictor import NO_CLASS, Predictor
 
 #: Every layer configuration exported below: name -> factory.
 LAYERS = {
@@ -233,3 +246,117 @@ def test_nystrom_eval_mode_with_grad_still_differentiates_the_landmarks() -> Non
     layer.train()(x).sum().backward()
     torch.testing.assert_close(in_eval, layer.landmarks.grad, atol=1e-5, rtol=1e-4)
     assert in_eval.abs().sum() > 0
+
+
+# ------------------------------------------------- rows beyond the kernel layer's input limit
+#: Maps whose input_limit() is checked against their own refusal: name -> factory.
+LIMITED_MAPS: dict[str, Callable[[], KernelFeatureMap]] = {
+    "nystrom": lambda: NystromLayer(6, 10, gamma=0.5, seed=0),
+    "fourier": lambda: FourierLayer(6, 10, seed=0),
+    "fastfood": lambda: FastfoodLayer(6, 10, seed=0),  # padded to width 8
+    "ensemble": lambda: EnsembleNystrom(6, 10, num_maps=2, gamma=0.5, seed=0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(LIMITED_MAPS))
+@torch.no_grad()
+def test_input_limit_is_the_limit_the_layer_refuses_beyond(name: str, dtype: torch.dtype) -> None:
+    layer = LIMITED_MAPS[name]().to(dtype).eval()
+    limit = layer.input_limit()
+    assert math.isfinite(limit)
+    with pytest.raises(ValueError, match=r"argument 'x' must have entries with") as info:
+        layer(torch.full((2, 6), limit * (1 + 1e-5), dtype=dtype))
+    stated = re.search(r"\|value\| <= (\S+) in", str(info.value))
+    assert stated is not None, str(info.value)
+    assert float(stated.group(1)) == pytest.approx(limit, rel=5e-3)  # printed as %.3g
+    assert torch.isfinite(layer(torch.full((2, 6), -limit * (1 - 1e-6), dtype=dtype))).all()
+
+
+def test_input_limit_defaults_to_infinity() -> None:
+    class CosineMap(KernelFeatureMap):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cos(x)
+
+        def get_config(self) -> dict[str, object]:
+            return self.base_config()
+
+    assert CosineMap(3, 3).input_limit() == math.inf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("kind", ["nystrom", "fastfood"])
+def test_exported_predictor_gives_no_class_beyond_the_input_limit(
+    kind: str, dtype: torch.dtype, tmp_path: Path
+) -> None:
+    """A finite row that PyTorch refuses (an entry beyond the map's input limit, e.g. a
+    netCDF fill value) gets NO_CLASS from the ONNX graph, not the class of an underflowed
+    kernel or of cos(huge); a row at the limit gets PyTorch's class."""
+    torch.manual_seed(0)
+    predictor = Predictor(LIMITED_MAPS[kind](), nn.Linear(10, 3), dtype=dtype)
+    limit = predictor.kernel_layer.input_limit()
+    x = _inputs()[0].to(dtype)
+    export_onnx(predictor, tmp_path / "model.onnx", x[:8])
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    rows = x[:4].clone()
+    rows[1, 2] = limit * (1 + 1e-5)  # finite, beyond the limit
+    rows[2, 0] = -limit * (1 - 1e-6)  # within it
+    rows[3, 5] = float("nan")
+    classes, _ = session.run(None, {"x": rows.numpy()})
+    with torch.no_grad():
+        expected = predictor(rows[[0, 2]])[0].tolist()
+        with pytest.raises(ValueError, match=r"argument 'x' must have entries with"):
+            predictor(rows[1:2])
+    assert classes.tolist() == [expected[0], NO_CLASS, expected[1], NO_CLASS]
+    assert min(expected) >= 0
+
+
+# ---------------------------------------------------------- export_onnx's argument checks
+@pytest.mark.parametrize(
+    ("case", "error", "message"),
+    [
+        (
+            "numpy",
+            TypeError,
+            r"^export_onnx: argument 'example' must be a torch.Tensor.*got ndarray",
+        ),
+        (
+            "layer",
+            TypeError,
+            r"^export_onnx: argument 'predictor' must be a kernel_layers "
+            r"Predictor.*got NystromLayer",
+        ),
+        (
+            "width",
+            ValueError,
+            r"^NystromLayer: argument 'x' must have last dimension 4, got "
+            r"shape \[8, 5\]",
+        ),
+        (
+            "dtype",
+            TypeError,
+            r"^NystromLayer: argument 'x' must have the layer's dtype "
+            r"torch.float32",
+        ),
+    ],
+)
+def test_export_onnx_refuses_bad_arguments_by_name_and_keeps_the_file(
+    case: str, error: type[Exception], message: str, tmp_path: Path
+) -> None:
+    layer = NystromLayer(4, 5, seed=0)
+    predictor: object = Predictor(layer, nn.Linear(5, 3))
+    example: object = torch.rand(8, 4, generator=torch.Generator().manual_seed(0))
+    if case == "numpy":
+        example = torch.rand(8, 4).numpy()
+    elif case == "layer":
+        predictor = layer
+    elif case == "width":
+        example = torch.rand(8, 5)
+    else:
+        example = torch.rand(8, 4, dtype=torch.float64)
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"an earlier export")
+    with pytest.raises(error, match=message):
+        export_onnx(predictor, target, example)  # type: ignore[arg-type]
+    assert target.read_bytes() == b"an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]

@@ -9,6 +9,7 @@ derives from it trains in ``KernelClassifier`` like the library's own.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import NoReturn
 
@@ -140,22 +141,38 @@ class KernelFeatureMap(nn.Module, ABC):
             f"exact_kernel(x, z), or pass kernel= to KernelApproximationError"
         )
 
-    def _check_input(self, x: Tensor, reference: Tensor, *, width: int, why: str) -> None:
+    def input_limit(self) -> float:
+        """The largest input magnitude the map takes: :meth:`forward` refuses an ``x``
+        with a larger entry (``ValueError``), and an exported
+        :class:`~kernel_layers.training.predictor.Predictor` gives such a row class
+        :data:`~kernel_layers.training.predictor.NO_CLASS`. Read from the map's current
+        dtype (it changes with ``.to(dtype)``); ``math.inf`` (the default) for a map
+        that states no limit."""
+        return math.inf
+
+    @staticmethod
+    def _distance_limit(reference: Tensor, width: int) -> float:
+        """What ``width``-term sums of squares in ``reference``'s (upcast) dtype hold: the
+        :meth:`input_limit` of the library's maps."""
+        return distance_limit(upcast(reference).dtype, width)
+
+    def _check_input(self, x: Tensor, reference: Tensor, *, why: str) -> None:
         """Check ``x (Tensor[..., D])`` before mapping it: ``D = in_features``, finite
-        values no larger than what ``width``-term sums in ``reference``'s (upcast) dtype
-        hold (``why`` says what would overflow), and ``reference``'s device.
+        values no larger than :meth:`input_limit` (``why`` says what would overflow), and
+        ``reference``'s device.
 
         Raises:
             ValueError: wrong width, non-finite or too large values, or ``x`` on another
                 device than ``reference``.
         """
         owner = type(self).__name__
+        limit = self.input_limit()
         check_features(
             owner,
             "x",
             x,
             self.in_features,
-            max_abs=distance_limit(upcast(reference).dtype, width),
+            max_abs=limit if math.isfinite(limit) else None,
             why=why,
         )
         check_device(owner, "x", x, reference.device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -189,6 +189,11 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
         index = random_landmarks(x, total, generator=gen)
         landmarks = list(x[index].split(sizes))
         return cls(x.shape[1], sizes, landmarks=landmarks, **kwargs)
+
+    def input_limit(self) -> float:
+        """The smallest of the maps' :meth:`NystromLayer.input_limit` (each map checks its
+        inputs against its own)."""
+        return min(cast(NystromLayer, m).input_limit() for m in self.maps)
 
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` ensemble Nystrom features."""

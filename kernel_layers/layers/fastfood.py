@@ -156,12 +156,16 @@ class FastfoodLayer(KernelFeatureMap):
         blocks = (z * self.log_scale.exp()).reshape(x.shape[0], z.shape[1] * z.shape[2])
         return blocks[:, : self.out_features]
 
+    def input_limit(self) -> float:
+        """The largest input magnitude whose Hadamard transforms over the padded width
+        ``d'`` stay finite in the layer's (upcast) dtype (see
+        :meth:`KernelFeatureMap.input_limit`)."""
+        return self._distance_limit(self.gaussian, self.padded)
+
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., d])`` to ``Tensor[..., J]`` features (autocast off)."""
         owner = type(self).__name__
-        self._check_input(
-            x, self.gaussian, width=self.padded, why="larger ones overflow the Hadamard transforms"
-        )
+        self._check_input(x, self.gaussian, why="larger ones overflow the Hadamard transforms")
         with autocast_off(x):
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.gaussian.dtype)
             phase = self.projections(upcast(flat)) + upcast(self.phases)

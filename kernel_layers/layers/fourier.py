@@ -294,6 +294,11 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
         return [range(a, b) for a, b in itertools.pairwise(bounds)]
 
     # ---------------------------------------------------------------------- forward
+    def input_limit(self) -> float:
+        """The largest input magnitude whose phases ``x W`` stay finite in the layer's
+        (upcast) dtype (see :meth:`KernelFeatureMap.input_limit`)."""
+        return self._distance_limit(self._device_reference(), self.in_features)
+
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., J]`` features.
 
@@ -301,12 +306,7 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
         computed in float32, and the features come out in that dtype.
         """
         owner = type(self).__name__
-        self._check_input(
-            x,
-            self._device_reference(),
-            width=self.in_features,
-            why="larger ones overflow the phases x W",
-        )
+        self._check_input(x, self._device_reference(), why="larger ones overflow the phases x W")
         with autocast_off(x):  # the phase x W + b never runs in low precision
             frequencies = self.frequencies
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), frequencies.dtype)

@@ -312,6 +312,11 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
     def _cache_source(self) -> Tensor:
         return self.landmarks
 
+    def input_limit(self) -> float:
+        """The largest input magnitude whose squared distances to the landmarks stay
+        finite in the landmarks' (upcast) dtype (see :meth:`KernelFeatureMap.input_limit`)."""
+        return self._distance_limit(self.landmarks, self.in_features)
+
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features.
 
@@ -326,10 +331,7 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         """
         owner = type(self).__name__
         self._check_input(
-            x,
-            self.landmarks,
-            width=self.in_features,
-            why="larger ones overflow the squared distances to the landmarks",
+            x, self.landmarks, why="larger ones overflow the squared distances to the landmarks"
         )
         with autocast_off(x):  # distances and solves never run in low precision
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)

@@ -54,9 +54,17 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
     """Export ``predictor`` to ``path`` (input ``x``, outputs ``classes`` and ``scores``,
     any batch size) and run the file in onnxruntime on ``example``.
 
-    The exported graph checks no inputs: a row with a NaN or infinite input (or score)
-    gets class ``-1`` (:data:`~kernel_layers.training.predictor.NO_CLASS`), never a real
-    class; a consumer tests ``classes >= 0`` before using a class.
+    The exported graph checks no inputs: a row with a NaN or infinite input (or score),
+    or whose kernel-layer input is beyond the map's
+    :meth:`~kernel_layers.layers.base.KernelFeatureMap.input_limit` (rows PyTorch refuses
+    with a ``ValueError``), gets class ``-1``
+    (:data:`~kernel_layers.training.predictor.NO_CLASS`), never a real class; a consumer
+    tests ``classes >= 0`` before using a class.
+
+    A float64 predictor exports a graph that computes in float64, but the exporter stores
+    scalar constants (the kernel's ``gamma``, feature scales such as ``sqrt(2 / J)``) to
+    float32 precision: its scores agree with PyTorch's to about ``1e-8`` relative, not to
+    float64 round-off (``1e-15``).
 
     The file is written to a temporary name and renamed into place, so an interrupted
     export never leaves a truncated file (an existing file is replaced only by a complete
@@ -74,9 +82,23 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
 
     Raises:
         ImportError: the ``onnx`` extra is not installed.
-        ValueError: ``path`` does not end in ``.onnx``, or ``example`` has fewer than 2 rows.
+        TypeError: ``predictor`` is not a :class:`Predictor` or ``example`` not a tensor,
+            or ``predictor`` refuses ``example``'s dtype.
+        ValueError: ``path`` does not end in ``.onnx``, ``example`` has fewer than 2 rows,
+            or ``predictor`` refuses ``example`` (its own message: a wrong width, NaN or
+            too large values); no file is written.
         RuntimeError: onnxruntime cannot run the graph (no file is written).
     """
+    if not isinstance(predictor, Predictor):
+        raise TypeError(
+            "export_onnx: argument 'predictor' must be a kernel_layers Predictor (what "
+            f"KernelClassifier.predictor() returns), got {type(predictor).__name__}"
+        )
+    if not isinstance(example, Tensor):
+        raise TypeError(
+            "export_onnx: argument 'example' must be a torch.Tensor of input rows, got "
+            f"{type(example).__name__}"
+        )
     target = Path(path)
     if target.suffix != ".onnx":
         raise ValueError(f"export_onnx: argument 'path' must end in .onnx, got {str(path)!r}")
@@ -90,6 +112,8 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
 
     predictor = copy.deepcopy(predictor).cpu().eval()  # the caller's stays where it is
     example = example.cpu()
+    with torch.no_grad():  # the library's own checks of the example, before the exporter's
+        want_classes, want_scores = predictor(example)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = str(target.parent / f".{target.name}.{os.getpid()}.tmp")  # umask's permissions
     try:
@@ -117,8 +141,6 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
                 "export such a model in float32"
             ) from err
         classes, scores = session.run(None, {"x": example.numpy()})
-        with torch.no_grad():
-            want_classes, want_scores = predictor(example)
         check = ExportCheck(
             float((torch.from_numpy(scores) - want_scores).abs().max()),
             float((torch.from_numpy(classes) == want_classes).double().mean()),

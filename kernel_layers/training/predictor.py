@@ -9,6 +9,7 @@ the kernel layer and the read-out) in one plain :class:`torch.nn.Module`, which
 from __future__ import annotations
 
 import copy
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 
 from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.data.scaling import InputScaling
+from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.training.landmarks import rows_pending
 from kernel_layers.training.readout import head_needs_fit
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["NO_CLASS", "Predictor", "build_predictor"]
 
 #: The class an exported :class:`Predictor` gives a row with a NaN or infinite input or
-#: score (in PyTorch the kernel layer refuses such a row with a ``ValueError`` instead).
+#: score, or a kernel-layer input beyond the map's
+#: :meth:`~kernel_layers.layers.base.KernelFeatureMap.input_limit` (in PyTorch the kernel
+#: layer refuses such a row with a ``ValueError`` instead).
 NO_CLASS = -1
 
 
@@ -52,11 +56,13 @@ class Predictor(nn.Module):
     Shape:
         ``x (Tensor[B, ...])`` -> ``(classes Tensor[B] int64, scores Tensor[B, L])``.
 
-    Non-finite rows: in PyTorch the kernel layer refuses a batch with a NaN or infinite
-    input (``ValueError``). An exported graph (ONNX, ``torch.export``) runs no such check;
-    there a row whose input or scores are not all finite gets class :data:`NO_CLASS`
-    (``-1``), and its scores are not meaningful: test ``classes >= 0`` before using a
-    class as an index.
+    Rows the kernel layer refuses: in PyTorch the kernel layer refuses a batch with a NaN
+    or infinite input, or with an entry larger than its
+    :meth:`~kernel_layers.layers.base.KernelFeatureMap.input_limit` (``ValueError``). An
+    exported graph (ONNX, ``torch.export``) raises nothing; there a row whose input or
+    scores are not all finite, or whose kernel-layer input (after the scaling and the
+    backbone) has an entry beyond that limit, gets class :data:`NO_CLASS` (``-1``), and
+    its scores are not meaningful: test ``classes >= 0`` before using a class as an index.
     """
 
     def __init__(
@@ -90,23 +96,50 @@ class Predictor(nn.Module):
         self.eval()
         self.requires_grad_(False)
 
-    def scores(self, x: Tensor) -> Tensor:
-        """Class scores ``Tensor[B, L]`` of inputs ``x (Tensor[B, ...])``."""
+    def layer_input(self, x: Tensor) -> Tensor:
+        """The kernel layer's input ``Tensor[B, D]`` of inputs ``x (Tensor[B, ...])``:
+        ``x`` scaled, through the backbone (or flattened)."""
         if self.scaling is not None:
             x = self.scaling(x)
         if self.backbone is not None:
             x = self.backbone(x)
         elif x.ndim > 2:
             x = x.flatten(1)
-        return self.readout(self.kernel_layer(x))
+        return x
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Class scores ``Tensor[B, L]`` of inputs ``x (Tensor[B, ...])``."""
+        return self.readout(self.kernel_layer(self.layer_input(x)))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        scores = self.scores(x)
+        h = self.layer_input(x)
+        scores = self.readout(self.kernel_layer(h))
         classes = torch.argmax(scores, dim=1)
         # An exported graph runs no input checks: a row with a NaN / Inf input (or
-        # score) gets class NO_CLASS, never a class of its own (argmax of NaN is 0).
-        finite = torch.isfinite(x.flatten(1)).all(1) & torch.isfinite(scores).all(1)
-        return torch.where(finite, classes, torch.full_like(classes, NO_CLASS)), scores
+        # score), or whose kernel-layer input exceeds the map's input limit, gets class
+        # NO_CLASS, never a class of its own (argmax of NaN is 0; beyond the limit the
+        # kernel underflows or the phases lose all precision). NaN fails `<=` as well.
+        valid = torch.isfinite(x.flatten(1)).all(1) & torch.isfinite(scores).all(1)
+        limit = _input_limit(self.kernel_layer, h.dtype)
+        if limit is not None:
+            valid = valid & (h.abs() <= h.new_tensor(limit)).flatten(1).all(1)
+        return torch.where(valid, classes, torch.full_like(classes, NO_CLASS)), scores
+
+
+def _input_limit(kernel_layer: nn.Module, dtype: torch.dtype) -> float | None:
+    """``kernel_layer``'s :meth:`~kernel_layers.layers.base.KernelFeatureMap.input_limit`
+    as a value of ``dtype`` that does not exceed it (so that a graph's comparison in
+    ``dtype`` accepts exactly what the layer's check does), or ``None`` where there is
+    nothing to compare: no stated limit, or one beyond ``dtype``'s range."""
+    if not isinstance(kernel_layer, KernelFeatureMap) or not dtype.is_floating_point:
+        return None
+    limit = kernel_layer.input_limit()
+    if not limit < torch.finfo(dtype).max:
+        return None  # every finite value of dtype is within it
+    bits = 1 - round(math.log2(torch.finfo(dtype).eps))  # dtype's significand bits
+    # rounded down to them (dtype's own conversion would round to nearest, maybe up)
+    mantissa, exponent = math.frexp(limit)
+    return math.ldexp(math.floor(math.ldexp(mantissa, bits)), exponent - bits)
 
 
 def build_predictor(
