@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
@@ -21,6 +22,8 @@ _OWNER = "KeepBest"
 #: The monitors the untrained map can be scored on: ``KernelClassifier``'s validation
 #: accuracy and ``KernelRegressor``'s validation ``R^2``.
 UNTRAINED_MONITORS = ("val/acc", "val/r2")
+#: When :class:`KeepBest` reads its metrics (for messages).
+VALIDATION_END = "the end of a validation"
 
 
 def scores_untrained(datamodule: Any) -> bool:
@@ -31,8 +34,8 @@ def scores_untrained(datamodule: Any) -> bool:
 
 
 class KeepBest(MonitorCallback):
-    """Copy the module's weights at each epoch whose monitored value is the best so far,
-    and load the best copy back into the module when ``fit`` ends.
+    """Copy the module's weights at each validation whose monitored value is the best so
+    far, and load the best copy back into the module when ``fit`` ends.
 
     After ``trainer.fit`` the module in hand is then the one of the best epoch on the
     monitored metric (by default the validation accuracy ``val/acc`` that
@@ -63,8 +66,9 @@ class KeepBest(MonitorCallback):
     the untrained map is scored on every validation row, the epochs on the distributed
     sampler's shards (which may repeat a few rows), so a tie between them can be missed.
 
-    The value is read at the end of each training epoch, after that epoch's validation
-    (with ``check_val_every_n_epoch > 1``, of the epochs that validate). The copy lives
+    The value is read at the end of each validation of the fit, and the weights copied
+    are the ones that validation scored (with ``val_check_interval``, steps may follow it
+    in the epoch), before a checkpoint written at that validation. The copy lives
     on the CPU and is part of the callback's checkpoint state, so a resumed fit still
     returns the best epoch of the whole run. This is Lightning's
     ``ModelCheckpoint(monitor=...)`` followed by loading its best file, in memory.
@@ -74,8 +78,8 @@ class KeepBest(MonitorCallback):
         mode: ``"max"`` if higher is better (accuracy, DI), ``"min"`` if lower is (a loss).
         threshold: improvement margin, ``>= 0``.
         threshold_mode: ``"rel"`` or ``"abs"``.
-        strict: raise if ``monitor`` is missing at the end of an epoch; if ``False``, warn
-            and skip the epoch.
+        strict: raise if ``monitor`` is missing at the end of a validation; if ``False``,
+            warn and skip that validation.
         verbose: say which epoch's weights were restored.
         include_untrained: with ``monitor="val/acc"`` or ``"val/r2"``, score the untrained
             map as a candidate (see above; needs a :class:`~kernel_layers.KernelClassifier`
@@ -92,7 +96,7 @@ class KeepBest(MonitorCallback):
         best_tie (float | None): the ``tie_break`` value of the copy (``None``: none read).
 
     Raises:
-        RuntimeError: at the end of an epoch, if ``strict`` and ``monitor`` (or
+        RuntimeError: at the end of a validation, if ``strict`` and ``monitor`` (or
             ``tie_break``) was not logged.
     """
 
@@ -163,21 +167,22 @@ class KeepBest(MonitorCallback):
         self._keep(pl_module, score, -1, tie)
 
     @override
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        current = self._epoch_value(trainer)
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if should_skip(trainer):
+            return
+        # Read right after the validation, on the weights it scored (steps may follow it
+        # in the epoch), and before a checkpoint written at this validation.
+        current = self._logged_value(trainer, self.monitor, VALIDATION_END)
         if current is None:
             return
-        tie = self._tie_value(trainer)
+        tie = (
+            None
+            if self.tie_break is None
+            else self._logged_value(trainer, self.tie_break, VALIDATION_END)
+        )
         if self._improves(current) or self._wins_tie(current, tie):
             self._keep(pl_module, current, trainer.current_epoch, tie)
-
-    def _tie_value(self, trainer: pl.Trainer) -> float | None:
-        """This epoch's ``tie_break`` value (``None`` without one).
-
-        Raises:
-            RuntimeError: ``strict`` and ``tie_break`` was not logged.
-        """
-        return None if self.tie_break is None else self._logged_value(trainer, self.tie_break)
 
     def _wins_tie(self, current: float, tie: float | None) -> bool:
         """Whether an epoch that ties with the best on ``monitor`` (no improvement by
@@ -199,6 +204,13 @@ class KeepBest(MonitorCallback):
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.best_state is None:
+            if not should_skip(trainer) and trainer.current_epoch > 0:
+                rank_zero_warn(
+                    f"{_OWNER}: no validation scored '{self.monitor}' during the fit, so the "
+                    "last weights are kept (the data has no validation rows, or "
+                    "limit_val_batches=0)",
+                    category=RuntimeWarning,
+                )
             return
         pl_module.load_state_dict(copy.deepcopy(self.best_state))
         if self.verbose:

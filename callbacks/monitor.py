@@ -115,12 +115,15 @@ def should_skip(trainer: pl.Trainer) -> bool:
     )
 
 
-def missing_monitor_message(owner: str, monitor: str, logs: Mapping[str, Any]) -> str:
-    """The error raised (strict) or warned (non-strict) when ``monitor`` was not logged."""
+def missing_monitor_message(
+    owner: str, monitor: str, logs: Mapping[str, Any], when: str = "the end of the training epoch"
+) -> str:
+    """The error raised (strict) or warned (non-strict) when ``monitor`` was not logged
+    by ``when``."""
     available = ", ".join(f"'{k}'" for k in logs) or "(none)"
     return (
-        f"{owner}: monitored metric '{monitor}' is not in trainer.callback_metrics at the end of"
-        f" the training epoch. Available keys: {available}. A value logged with"
+        f"{owner}: monitored metric '{monitor}' is not in trainer.callback_metrics at {when}."
+        f" Available keys: {available}. A value logged with"
         " `self.log(name, ..., on_step=True, on_epoch=True)` is exposed as '<name>_epoch';"
         " pass `monitor=` one of the available keys (or `strict=False` to skip such epochs)."
     )
@@ -190,6 +193,11 @@ class MonitorCallback(Callback):
         self._before_validation: Any = None
         self._from_validation = False
         self._validated_epoch = -1
+        # the monitored value after the last validation, and its epoch: what the epoch's
+        # end reads when a fit resumes from a checkpoint written at that validation
+        # (Lightning replays the epoch's end with no metric logged)
+        self._validation_value: float | None = None
+        self._validation_value_epoch = -1
 
     @property
     def _owner(self) -> str:
@@ -209,7 +217,13 @@ class MonitorCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"best_score": self.best_score, "wait_count": self.wait_count, **self._extra_state()}
+        return {
+            "best_score": self.best_score,
+            "wait_count": self.wait_count,
+            "validation_value": self._validation_value,
+            "validation_value_epoch": self._validation_value_epoch,
+            **self._extra_state(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -218,6 +232,9 @@ class MonitorCallback(Callback):
         state = {**self.state_dict(), **state_dict}
         self.best_score = float(state["best_score"])
         self.wait_count = int(state["wait_count"])
+        value = state["validation_value"]
+        self._validation_value = None if value is None else float(value)
+        self._validation_value_epoch = int(state["validation_value_epoch"])
         self._load_extra(state)
 
     def _improves(self, current: float) -> bool:
@@ -240,6 +257,12 @@ class MonitorCallback(Callback):
             after = trainer.callback_metrics.get(self.monitor)
             self._from_validation = after is not None and after is not self._before_validation
             self._validated_epoch = trainer.current_epoch
+            self._validation_value = (
+                None
+                if after is None
+                else read_monitor(self._owner, trainer.callback_metrics, self.monitor)
+            )
+            self._validation_value_epoch = trainer.current_epoch
 
     def _epoch_value(self, trainer: pl.Trainer) -> float | None:
         """The monitored value at the end of a training epoch, or ``None`` when this epoch
@@ -252,6 +275,12 @@ class MonitorCallback(Callback):
         """
         if should_skip(trainer):
             return None
+        if (
+            self.monitor not in trainer.callback_metrics
+            and self._validation_value_epoch == trainer.current_epoch
+            and self._validation_value is not None
+        ):  # the epoch's end replayed after a resume from its validation's checkpoint
+            return self._validation_value
         if self._skipped_validation(trainer) and (
             self._from_validation or self.monitor not in trainer.callback_metrics
         ):
@@ -271,16 +300,18 @@ class MonitorCallback(Callback):
             and self._validated_epoch != trainer.current_epoch
         )
 
-    def _logged_value(self, trainer: pl.Trainer, key: str) -> float | None:
-        """The epoch-level value logged under ``key``, or ``None`` when it is missing
-        and not ``strict`` (with a warning).
+    def _logged_value(
+        self, trainer: pl.Trainer, key: str, when: str = "the end of the training epoch"
+    ) -> float | None:
+        """The value logged under ``key`` by ``when`` (for the message), or ``None`` when
+        it is missing and not ``strict`` (with a warning).
 
         Raises:
             RuntimeError: ``strict`` and ``key`` was not logged.
         """
         logs = trainer.callback_metrics
         if key not in logs:
-            message = missing_monitor_message(self._owner, key, logs)
+            message = missing_monitor_message(self._owner, key, logs, when)
             if self.strict:
                 raise RuntimeError(message)
             rank_zero_warn(message, category=RuntimeWarning)

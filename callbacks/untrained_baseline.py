@@ -112,6 +112,9 @@ def untrained_scores(
         process. Under several processes every process scores the whole split, while
         the logged values are synced over the distributed sampler's shards, which may
         repeat a few rows to make them equal.
+
+    Raises:
+        ValueError: the split holds no rows.
     """
     fresh = copy.deepcopy(head).to(model.device)
     fresh.reset()
@@ -140,7 +143,16 @@ def untrained_scores(
     if r2.update_called:
         return float(r2.compute()), None
     if accuracy is None:
-        return 0.0, None
+        needs = (
+            "keep_best (KeepBest) needs validation rows: give the data module a validation "
+            "split, e.g. val_fraction > 0"
+            if split == "val"
+            else "UntrainedBaseline needs test rows"
+        )
+        raise ValueError(
+            f"{type(model).__name__}: the data module's {split} split holds no rows to score "
+            f"the untrained map on; {needs}"
+        )
     return float(accuracy.compute()), float(squared_error.compute())
 
 

@@ -99,20 +99,15 @@ def logs_this_step(model: KernelModule, batch_idx: int) -> bool:
 
 
 class EpochDILogging(Callback):
-    """Logs ``train/di_epoch`` on the epoch's last batch (before the callbacks' epoch end,
-    where ``PlateauDecay`` and ``DISaturationStopping`` read it) and
-    ``train/loss_epoch = -train/di_epoch`` at the epoch's end, once each."""
+    """Logs ``train/di_epoch`` and ``train/loss_epoch = -train/di_epoch`` on the epoch's
+    last batch, once each: before every callback's epoch end, where ``PlateauDecay``,
+    ``DISaturationStopping`` and a user's callbacks read them."""
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         model = cast("KernelModule", pl_module)
         if model.di_epoch_seen == model.current_epoch and epoch_ends_here(trainer, batch_idx):
-            model.log("train/di_epoch", epoch_mean(model).float(), on_step=True, on_epoch=False)
-
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        model = cast("KernelModule", pl_module)
-        ran = int(model.di_epoch_index) == model.current_epoch and int(model.di_epoch_rows) > 0
-        if ran:
             mean = epoch_mean(model).float()
-            model.log("train/loss_epoch", -mean, on_step=False, on_epoch=True)
+            model.log("train/di_epoch", mean, on_step=True, on_epoch=False)
+            model.log("train/loss_epoch", -mean, on_step=True, on_epoch=False)

@@ -67,7 +67,7 @@ class KernelClassifier(KernelModule):
     :class:`~kernel_layers.callbacks.PlateauDecay` and
     :class:`~kernel_layers.callbacks.DISaturationStopping` watch);
     ``train/loss`` (``"ls"``, ``"ce"``: per step and ``train/loss_epoch``; ``"di"``:
-    ``train/loss_epoch = -train/di_epoch`` once per epoch), ``lr``, ``val/acc``,
+    ``train/loss_epoch = -train/di_epoch`` with ``train/di_epoch``), ``lr``, ``val/acc``,
     ``val/di`` (``"di"``: the mean DI of the validation batches larger than the feature
     width, weighted by their rows), ``val/mse`` (with the ridge read-out: ``"di"`` and
     ``"ls"`` without a group lasso; its mean squared error against the ``{0, 1}``
