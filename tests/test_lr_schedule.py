@@ -113,6 +113,29 @@ def test_cosine_resumes_where_it_stopped(
     assert loaded.hparams["lr_schedule"] == "cosine"
 
 
+def test_cosine_resumed_over_another_number_of_epochs_is_refused(
+    tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    # The restored scheduler keeps its span: a 2-epoch run resumed with max_epochs=4
+    # trained its last epochs at rising rates (0 -> LR / 2 -> LR).
+    L.seed_everything(0)
+    first = make_trainer(max_epochs=2)
+    first.fit(_model("classifier", lr_schedule="cosine"), _data())
+    path = tmp_path / "done.ckpt"
+    first.save_checkpoint(path)
+    longer = make_trainer(max_epochs=4)
+    with pytest.raises(
+        ValueError,
+        match=r"done.ckpt' anneals the learning rate \(lr_schedule 'cosine'\) over "
+        r"max_epochs=2; resume it with the same Trainer max_epochs, got 4",
+    ):
+        longer.fit(_model("classifier", lr_schedule="cosine"), _data(), ckpt_path=path)
+    # testing the checkpoint under another max_epochs is not a resume
+    make_trainer(max_epochs=4).test(
+        _model("classifier", lr_schedule="cosine"), _data(), ckpt_path=path, verbose=False
+    )
+
+
 class LoggedRates(Logger):
     """The ``lr`` the module logged, by epoch (``log_every_n_steps=1``)."""
 

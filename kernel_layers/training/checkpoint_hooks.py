@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
 from kernel_layers.training.architecture import describe_module
@@ -38,6 +39,7 @@ from kernel_layers.training.checkpoint_io import (
     is_url,
     load_checkpoint_file,
 )
+from kernel_layers.training.optimizer import check_schedule_span
 from kernel_layers.training.preflight import check_layer_recorded
 from kernel_layers.training.readout import HEAD_CURRENT_KEY, head_current
 
@@ -95,6 +97,8 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
             + " (build them with the checkpoint's settings, e.g. "
             "KernelClassifier.load_from_checkpoint(path))"
         )
+    if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
+        check_schedule_span(owner, source, checkpoint, trainer.max_epochs)
     state = checkpoint.get("state_dict", {})
     model.check_state_shapes(state)
     check_finite_state(owner, source, state)

@@ -10,7 +10,7 @@ trainer's ``max_epochs`` (PyTorch's ``CosineAnnealingLR``, stepped once per epoc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +21,13 @@ from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
 
-__all__ = ["LR_SCHEDULES", "build_optimizer", "build_schedule", "warn_plateau_callbacks"]
+__all__ = [
+    "LR_SCHEDULES",
+    "build_optimizer",
+    "build_schedule",
+    "check_schedule_span",
+    "warn_plateau_callbacks",
+]
 
 #: The choices of ``lr_schedule``: a constant rate, or cosine annealing to zero.
 LR_SCHEDULES = ("constant", "cosine")
@@ -64,6 +70,26 @@ def build_schedule(
             f"max_epochs={max_epochs}"
         )
     return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
+
+
+def check_schedule_span(
+    owner: str, source: object, checkpoint: Mapping[str, Any], max_epochs: int | None
+) -> None:
+    """Refuse to resume a ``"cosine"`` schedule over another number of epochs: the
+    restored scheduler keeps the span it was saved with (``T_max``), so a longer fit
+    would raise the learning rate again after it reached zero.
+
+    Raises:
+        ValueError: naming ``max_epochs``, the checkpoint's span and the given value.
+    """
+    for state in checkpoint.get("lr_schedulers") or ():
+        span = state.get("T_max") if isinstance(state, Mapping) else None
+        if span is not None and max_epochs is not None and int(span) != max_epochs:
+            raise ValueError(
+                f"{owner}: checkpoint {str(source)!r} anneals the learning rate "
+                f"(lr_schedule 'cosine') over max_epochs={int(span)}; resume it with the "
+                f"same Trainer max_epochs, got {max_epochs}"
+            )
 
 
 def warn_plateau_callbacks(owner: str, callbacks: Iterable[object]) -> None:
