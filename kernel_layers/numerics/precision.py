@@ -1,10 +1,12 @@
 """The dtype rules that keep kernel matrices and DI solves of float32 features close to
-float64: float64 factorisations and solves, and a float32 Gram kept only where its
+float64: a float32 factorisation only where its estimated round-off is small
+(:data:`FLOAT32_FACTOR_LIMIT`), float64 otherwise, and a float32 Gram kept only where its
 estimated round-off is small (:data:`GRAM_PRECISION_LIMIT`).
 
 * Kernel distances and DI solves never run in float16 / bfloat16 (:func:`upcast`,
   :func:`autocast_off`).
-* The ``J x J`` (or ``n x n``) factorisation and solves run in :data:`SOLVE_DTYPE`.
+* The ``J x J`` (or ``n x n``) factorisation and solves run in :data:`SOLVE_DTYPE`,
+  but for DI's float32 scatter within :data:`FLOAT32_FACTOR_LIMIT`.
 * NysDI evaluates the kernel matrices of narrow inputs in :data:`SOLVE_DTYPE`
   (:func:`kernel_dtype`).
 * A Gram matrix formed in float32 is kept only while its round-off, amplified by its

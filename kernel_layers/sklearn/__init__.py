@@ -7,8 +7,9 @@
   by closed-form leave-one-out: ``predict``, ``predict_proba``, ``decision_function``,
   ``score``.
 * :class:`DIRegressor` — a map trained by DI against the standardised targets (one or
-  several columns) and a ridge read-out chosen by leave-one-out: ``predict``, ``score``
-  (``R^2``).
+  several columns) and a ridge read-out whose penalty is chosen by leave-one-out for
+  the untrained map and, once training has replaced it, by the least squared error on
+  the held-out rows: ``predict``, ``score`` (``R^2``).
 
 All three take and return NumPy arrays (float64 throughout, as scikit-learn's own kernel
 approximations), print nothing, and work inside ``Pipeline`` and ``GridSearchCV``.
