@@ -50,10 +50,13 @@ __all__ = [
     "solve_primal",
 ]
 
-#: DI's ``form="auto"`` keeps the dual form only where its round-off bound
-#: ``eps ||Phi_c||_F^2 / rho`` (``||Phi_c||_F^2`` the dual Gram's trace) is at most this.
-#: The bound is loose (Gaussian features of rank 5 with bounds of 5e-4 and 0.55 erred by
-#: 1e-5 and 4e-5, uniform full-rank ones with a bound of 1e-7 by nothing); the primal
+#: DI's ``form="auto"`` keeps the dual form only where its round-off bounds are at most
+#: this: ``eps ||Phi_c||_F^2 / rho`` (``||Phi_c||_F^2`` the dual Gram's trace; the
+#: solve's round-off where ``Phi_c`` has rank below ``B - 1``) and ``eps_f^2 ||Phi||_F^2
+#: / rho`` (``eps_f`` the features' dtype's: the centring's round-off, which the dual
+#: Gram carries into its null direction and the primal form's centred targets cancel).
+#: The bounds are loose (Gaussian features of rank 5 with bounds of 5e-4 and 0.55 erred
+#: by 1e-5 and 4e-5, uniform full-rank ones with a bound of 1e-7 by nothing); the primal
 #: form, exact to float64 either way, costs ``J^3``.
 DUAL_ROUNDOFF_LIMIT = 1e-5
 
@@ -164,24 +167,33 @@ def naming_square_overflow(owner: str, features: Tensor) -> Iterator[None]:
         raise
 
 
-def _dual_is_accurate(gram: Tensor, rho: float) -> bool:
-    """Whether the dual form's round-off, at most ``eps tr(G) / rho`` relative for the
-    centred Gram ``G = Phi_c Phi_c^T`` (it grows so where ``Phi_c`` has rank below ``B -
-    1``), is within :data:`DUAL_ROUNDOFF_LIMIT`; where no host read may decide, yes."""
+def _dual_is_accurate(gram: Tensor, means: Tensor, dtype: torch.dtype, rho: float) -> bool:
+    """Whether the dual form's round-off bounds (:data:`DUAL_ROUNDOFF_LIMIT`) hold for
+    the centred Gram ``G = Phi_c Phi_c^T (Tensor[B, B])`` of features of ``dtype`` whose
+    column means are ``means (Tensor[J])``: ``||Phi||_F^2 = tr(G) + B ||means||^2``, read
+    in one host read; where no host read may decide, yes."""
     if torch.compiler.is_compiling() or active_checks() is not None:
         return True
-    trace = float(gram.diagonal().sum(dtype=SOLVE_DTYPE))
-    return torch.finfo(SOLVE_DTYPE).eps * trace <= DUAL_ROUNDOFF_LIMIT * rho
+    rows = gram.shape[0]
+    trace, offset = torch.stack(
+        [gram.diagonal().sum(dtype=SOLVE_DTYPE), rows * means.square().sum(dtype=SOLVE_DTYPE)]
+    ).tolist()
+    limit = DUAL_ROUNDOFF_LIMIT * rho
+    solve = torch.finfo(SOLVE_DTYPE).eps * trace
+    centring = torch.finfo(dtype).eps ** 2 * (trace + offset)
+    return solve <= limit and centring <= limit
 
 
 def _solve_dual(
-    phi_c: Tensor, y_c: Tensor, rho: float, owner: str, *, forced: bool
+    phi_c: Tensor, y_c: Tensor, rho: float, owner: str, *, means: Tensor, forced: bool
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """DI by the ``B x B`` system ``Phi_c Phi_c^T + rho I`` (one process's rows).
 
     Its round-off grows as ``eps ||Phi_c Phi_c^T|| / rho`` where ``Phi_c`` has rank
-    below ``B - 1`` (the primal form's does not): unless ``forced``, ``None`` where that
-    bound exceeds :data:`DUAL_ROUNDOFF_LIMIT` (the primal form suits such features).
+    below ``B - 1``, and with the centring's round-off of features far from the origin
+    (the primal form's does neither): unless ``forced``, ``None`` where those bounds
+    exceed :data:`DUAL_ROUNDOFF_LIMIT` (the primal form suits such features); ``means
+    (Tensor[J])`` are the features' column means.
 
     Returns:
         tuple[Tensor[], Tensor[B, L], Tensor[J, L]] | None: DI (float64), the residual
@@ -193,7 +205,7 @@ def _solve_dual(
     # not bound the round-off a float32 Gram leaves there, so it is formed in float64.
     if phi_c.shape[0] <= phi_c.shape[1]:
         gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
-        if not (forced or _dual_is_accurate(gram, rho)):
+        if not (forced or _dual_is_accurate(gram, means, phi_c.dtype, rho)):
             return None
         factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
     if factor is None:  # too coarse in float32: redo the B x B product in float64
@@ -254,7 +266,10 @@ def di_solve(
     moments = compute_moments(sums, width, scale_columns=scale_columns, sync=sync)
     phi_c, y_c = centre(features, targets, moments)
     dual = form == "dual" or (form == "auto" and features.shape[0] < width)
-    solved = _solve_dual(phi_c, y_c, rho, owner, forced=form == "dual") if dual else None
+    solved = None
+    if dual:
+        means = moments.means[:width]
+        solved = _solve_dual(phi_c, y_c, rho, owner, means=means, forced=form == "dual")
     if solved is not None:
         di, residual, a = solved
         if torch.compiler.is_compiling() or active_checks() is not None or _in_bounds(di, y_c):
