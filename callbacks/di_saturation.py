@@ -193,6 +193,7 @@ class DISaturationStopping(MonitorCallback):
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
         if should_skip(trainer):
             return
         self._epoch_lrs = current_lrs(trainer)

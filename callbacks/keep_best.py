@@ -34,8 +34,9 @@ def scores_untrained(datamodule: Any) -> bool:
 
 
 class KeepBest(MonitorCallback):
-    """Copy the module's weights at each validation whose monitored value is the best so
-    far, and load the best copy back into the module when ``fit`` ends.
+    """Copy the module's weights where the monitored value is the best so far (after each
+    validation, or each training epoch for a training metric), and load the best copy
+    back into the module when ``fit`` ends.
 
     After ``trainer.fit`` the module in hand is then the one of the best epoch on the
     monitored metric (by default the validation accuracy ``val/acc`` that
@@ -66,9 +67,11 @@ class KeepBest(MonitorCallback):
     the untrained map is scored on every validation row, the epochs on the distributed
     sampler's shards (which may repeat a few rows), so a tie between them can be missed.
 
-    The value is read at the end of each validation of the fit, and the weights copied
-    are the ones that validation scored (with ``val_check_interval``, steps may follow it
-    in the epoch), before a checkpoint written at that validation. The copy lives
+    A metric that validation logs is read at the end of each validation of the fit, and
+    the weights copied are the ones that validation scored (with ``val_check_interval``,
+    steps may follow it in the epoch), before a checkpoint written at that validation;
+    a metric logged in training (``train/di_epoch``) is read at the end of each training
+    epoch. The copy lives
     on the CPU and is part of the callback's checkpoint state, so a resumed fit still
     returns the best epoch of the whole run. This is Lightning's
     ``ModelCheckpoint(monitor=...)`` followed by loading its best file, in memory.
@@ -78,8 +81,8 @@ class KeepBest(MonitorCallback):
         mode: ``"max"`` if higher is better (accuracy, DI), ``"min"`` if lower is (a loss).
         threshold: improvement margin, ``>= 0``.
         threshold_mode: ``"rel"`` or ``"abs"``.
-        strict: raise if ``monitor`` is missing at the end of a validation; if ``False``,
-            warn and skip that validation.
+        strict: raise if ``monitor`` is missing where it is read; if ``False``, warn and
+            skip that validation or epoch.
         verbose: say which epoch's weights were restored.
         include_untrained: with ``monitor="val/acc"`` or ``"val/r2"``, score the untrained
             map as a candidate (see above; needs a :class:`~kernel_layers.KernelClassifier`
@@ -96,8 +99,8 @@ class KeepBest(MonitorCallback):
         best_tie (float | None): the ``tie_break`` value of the copy (``None``: none read).
 
     Raises:
-        RuntimeError: at the end of a validation, if ``strict`` and ``monitor`` (or
-            ``tie_break``) was not logged.
+        RuntimeError: where it is read, if ``strict`` and ``monitor`` (or ``tie_break``)
+            was not logged.
     """
 
     def __init__(
@@ -126,6 +129,8 @@ class KeepBest(MonitorCallback):
         self.best_epoch: int | None = None
         self.best_state: dict[str, Any] | None = None
         self.best_tie: float | None = None
+        # the epoch whose monitored value its validation logged and this callback read
+        self._validated_copy_epoch = -1
 
     @override
     def _extra_state(self) -> dict[str, Any]:
@@ -133,6 +138,7 @@ class KeepBest(MonitorCallback):
             "best_epoch": self.best_epoch,
             "best_state": self.best_state,
             "best_tie": self.best_tie,
+            "validated_epoch": self._validated_copy_epoch,
         }
 
     @override
@@ -141,9 +147,11 @@ class KeepBest(MonitorCallback):
         self.best_epoch = None if epoch is None else int(epoch)
         self.best_state = state["best_state"]
         self.best_tie = None if tie is None else float(tie)
+        self._validated_copy_epoch = int(state["validated_epoch"])
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
         if (
             not self.include_untrained
             or self.monitor not in UNTRAINED_MONITORS
@@ -169,18 +177,28 @@ class KeepBest(MonitorCallback):
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        if should_skip(trainer):
-            return
+        if should_skip(trainer) or not self._from_validation:
+            return  # a metric validation does not log is read at the epoch's end
         # Read right after the validation, on the weights it scored (steps may follow it
         # in the epoch), and before a checkpoint written at this validation.
         current = self._logged_value(trainer, self.monitor, VALIDATION_END)
-        if current is None:
-            return
         tie = (
             None
             if self.tie_break is None
             else self._logged_value(trainer, self.tie_break, VALIDATION_END)
         )
+        self._validated_copy_epoch = trainer.current_epoch
+        if current is not None and (self._improves(current) or self._wins_tie(current, tie)):
+            self._keep(pl_module, current, trainer.current_epoch, tie)
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._validated_copy_epoch == trainer.current_epoch:
+            return  # read at this epoch's validation
+        current = self._epoch_value(trainer)
+        if current is None:
+            return
+        tie = None if self.tie_break is None else self._logged_value(trainer, self.tie_break)
         if self._improves(current) or self._wins_tie(current, tie):
             self._keep(pl_module, current, trainer.current_epoch, tie)
 

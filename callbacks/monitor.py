@@ -193,11 +193,16 @@ class MonitorCallback(Callback):
         self._before_validation: Any = None
         self._from_validation = False
         self._validated_epoch = -1
-        # the monitored value after the last validation, and its epoch: what the epoch's
-        # end reads when a fit resumes from a checkpoint written at that validation
-        # (Lightning replays the epoch's end with no metric logged)
+        # the monitored value after the last validation, when logged in its epoch, and
+        # that epoch: what the epoch's end reads when a fit resumes from a checkpoint
+        # written at that validation (Lightning replays the epoch's end with no metric
+        # logged); the value at the epoch's start tells an earlier epoch's apart
         self._validation_value: float | None = None
         self._validation_value_epoch = -1
+        self._epoch_start_value: Any = None
+        # the epoch whose start ran in this process (Lightning runs no start for an
+        # epoch a fit resumes in)
+        self._started_epoch = -1
 
     @property
     def _owner(self) -> str:
@@ -247,20 +252,27 @@ class MonitorCallback(Callback):
         )
 
     @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not should_skip(trainer):
+            self._epoch_start_value = trainer.callback_metrics.get(self.monitor)
+            self._started_epoch = trainer.current_epoch
+
+    @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not should_skip(trainer):
             self._before_validation = trainer.callback_metrics.get(self.monitor)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not should_skip(trainer):  # a value validation logged is a new tensor
-            after = trainer.callback_metrics.get(self.monitor)
-            self._from_validation = after is not None and after is not self._before_validation
-            self._validated_epoch = trainer.current_epoch
-            self._validation_value = (
-                None
-                if after is None
-                else read_monitor(self._owner, trainer.callback_metrics, self.monitor)
+        if should_skip(trainer):
+            return
+        # a value logged since (by validation, or by this epoch's training) is a new tensor
+        after = trainer.callback_metrics.get(self.monitor)
+        self._from_validation = after is not None and after is not self._before_validation
+        self._validated_epoch = trainer.current_epoch
+        if after is not None and after is not self._epoch_start_value:
+            self._validation_value = read_monitor(
+                self._owner, trainer.callback_metrics, self.monitor
             )
             self._validation_value_epoch = trainer.current_epoch
 
@@ -269,6 +281,11 @@ class MonitorCallback(Callback):
         is skipped (not fitting, sanity checking, ``fast_dev_run``, the metric missing
         with ``strict=False``, or, with ``check_val_every_n_epoch > 1``, a metric that
         validation logs in an epoch that ran none: its value is an earlier epoch's).
+        Where a fit resumes at the end of an epoch (from a checkpoint written at its
+        validation, with nothing logged since), the value read at that validation if it
+        was logged in the epoch (``train/di_epoch``, a validation metric); else (a metric
+        Lightning aggregates at the epoch's end, such as ``train/loss_epoch`` of LS / CE)
+        the epoch is skipped.
 
         Raises:
             RuntimeError: ``strict`` and the metric was not logged.
@@ -277,10 +294,12 @@ class MonitorCallback(Callback):
             return None
         if (
             self.monitor not in trainer.callback_metrics
-            and self._validation_value_epoch == trainer.current_epoch
-            and self._validation_value is not None
-        ):  # the epoch's end replayed after a resume from its validation's checkpoint
-            return self._validation_value
+            and self._started_epoch != trainer.current_epoch
+        ):  # the epoch's end replayed after a resume from its validation's checkpoint:
+            # the value that validation saw, if logged in this epoch, else none known
+            if self._validation_value_epoch == trainer.current_epoch:
+                return self._validation_value
+            return None
         if self._skipped_validation(trainer) and (
             self._from_validation or self.monitor not in trainer.callback_metrics
         ):

@@ -4,6 +4,7 @@ and ``keep_best`` hands back the weights its validation scored."""
 
 from __future__ import annotations
 
+import csv
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 from sklearn.datasets import make_classification
 
 from kernel_layers import KernelClassifier, NystromLayer
@@ -39,36 +41,48 @@ def _model(**kwargs: Any) -> KernelClassifier:
     return KernelClassifier(NystromLayer(10, 20, gamma=0.1), num_classes=3, lr=1e-2, **kwargs)
 
 
-def _epoch_callbacks() -> list[L.Callback]:
+def _epoch_callbacks(objective: str) -> list[L.Callback]:
+    # DI's epoch value is logged on the epoch's last batch, CE's loss at the epoch's end
+    # (by Lightning): at a validation before it, the value there is an earlier epoch's.
+    watch = {"monitor": "train/loss_epoch", "mode": "min"} if objective == "ce" else {}
     return [
-        PlateauDecay(patience=1, threshold=0.003, verbose=False),
-        DISaturationStopping(patience=2, threshold=0.003),
+        PlateauDecay(patience=1, threshold=0.003, verbose=False, **watch),
+        DISaturationStopping(patience=2, threshold=0.003, **watch),
     ]
 
 
 @pytest.mark.parametrize(
-    "validation",
-    [{"check_val_every_n_epoch": 2}, {"val_check_interval": 0.5}],
+    ("validation", "objective"),
+    [
+        ({"check_val_every_n_epoch": 2}, "di"),
+        ({"val_check_interval": 0.5}, "di"),
+    ],
     ids=["every-2-epochs", "twice-an-epoch"],
 )
 def test_a_fit_resumed_from_a_validation_checkpoint_decides_as_the_uninterrupted_one(
-    validation: dict[str, Any], make_trainer: Callable[..., L.Trainer], tmp_path: Path
+    validation: dict[str, Any],
+    objective: str,
+    make_trainer: Callable[..., L.Trainer],
+    tmp_path: Path,
 ) -> None:
     # Lightning writes these checkpoints at a validation, before the epoch's end where
     # the callbacks decide, and replays that end on resume with no metric logged: the
     # resume raised (the monitor missing), or skipped the epoch and decided later.
     saver = ModelCheckpoint(tmp_path, filename="{epoch}-{step}", save_top_k=-1)
     whole = make_trainer(
-        [*_epoch_callbacks(), saver], max_epochs=8, enable_checkpointing=True, **validation
+        [*_epoch_callbacks(objective), saver],
+        max_epochs=8,
+        enable_checkpointing=True,
+        **validation,
     )
-    whole.fit(_model(keep_best="val/acc"), _data())
+    whole.fit(_model(keep_best="val/acc", objective=objective), _data())
     decays, stopped = whole.callbacks[0].decay_epochs, whole.callbacks[1].stopped_epoch
     kept = next(c for c in whole.callbacks if isinstance(c, KeepBest))
     assert decays  # the case tested: decisions after the checkpoint resumed from
     # the last of epoch 1: written at its final validation, before its end
     checkpoint = max(tmp_path.glob("epoch=1-*.ckpt"), key=lambda p: p.stat().st_mtime)
-    resumed = make_trainer(_epoch_callbacks(), max_epochs=8, **validation)
-    resumed.fit(_model(keep_best="val/acc"), _data(), ckpt_path=checkpoint)
+    resumed = make_trainer(_epoch_callbacks(objective), max_epochs=8, **validation)
+    resumed.fit(_model(keep_best="val/acc", objective=objective), _data(), ckpt_path=checkpoint)
     assert resumed.callbacks[0].decay_epochs == decays
     assert resumed.callbacks[1].stopped_epoch == stopped
     again = next(c for c in resumed.callbacks if isinstance(c, KeepBest))
@@ -94,9 +108,12 @@ def test_keep_best_hands_back_the_weights_its_validation_scored(
     assert scored["val/mse"] == pytest.approx(kept.best_tie, rel=1e-6)
 
 
-def test_callbacks_read_this_epochs_loss_epoch(make_trainer: Callable[..., L.Trainer]) -> None:
+def test_callbacks_read_this_epochs_loss_epoch(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
     # train/loss_epoch (-DI) was logged at the module's epoch end, after a user's
-    # callbacks had read the previous epoch's value (or found none at epoch 0).
+    # callbacks had read the previous epoch's value (or found none at epoch 0); it
+    # stays an epoch value on the logger's epoch rows.
     seen: list[tuple[float, float]] = []
 
     class Reader(L.Callback):
@@ -105,10 +122,32 @@ def test_callbacks_read_this_epochs_loss_epoch(make_trainer: Callable[..., L.Tra
             seen.append((float(logs["train/loss_epoch"]), float(logs["train/di_epoch"])))
 
     plateau = PlateauDecay(monitor="train/loss_epoch", mode="min", verbose=False)
-    make_trainer([Reader(), plateau], max_epochs=3).fit(_model(), _data())
+    logger = CSVLogger(tmp_path, name="run")
+    make_trainer([Reader(), plateau], max_epochs=3, logger=logger).fit(_model(), _data())
     assert len(seen) == 3
     assert all(loss == -di for loss, di in seen)
     assert plateau.best_score == min(loss for loss, _ in seen)
+    with open(Path(logger.log_dir) / "metrics.csv", newline="") as file:
+        rows = [r for r in csv.DictReader(file) if r.get("train/loss_epoch")]
+    assert [(int(r["epoch"]), float(r["train/loss_epoch"])) for r in rows] == [
+        (epoch, loss) for epoch, (loss, _) in enumerate(seen)
+    ]
+
+
+def test_keep_best_on_a_training_metric_reads_it_at_each_epochs_end(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # A metric that validation does not log is read where training logged it.
+    values: list[float] = []
+
+    class Reader(L.Callback):
+        def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            values.append(float(trainer.callback_metrics["train/di_epoch"]))
+
+    keep = KeepBest("train/di_epoch", include_untrained=False, verbose=False)
+    make_trainer([Reader(), keep], max_epochs=4).fit(_model(), _data(val_fraction=0.0))
+    best = max(range(len(values)), key=values.__getitem__)
+    assert (keep.best_epoch, keep.best_score) == (best, values[best])
 
 
 def test_keep_best_without_validation_rows_is_refused(
@@ -123,9 +162,26 @@ def test_keep_best_without_validation_rows_is_refused(
         make_trainer(max_epochs=2).fit(_model(keep_best="val/acc"), _data(val_fraction=0.0))
 
 
+def test_a_resume_at_a_validation_before_lightnings_epoch_loss_skips_that_epoch(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    # CE's train/loss_epoch is aggregated at the epoch's end: a checkpoint written at
+    # the epoch's last validation cannot know it. The resume raised that it was missing.
+    saver = ModelCheckpoint(tmp_path, filename="{epoch}-{step}", save_top_k=-1)
+    make_trainer(
+        [*_epoch_callbacks("ce"), saver], max_epochs=3, enable_checkpointing=True,
+        val_check_interval=0.5,
+    ).fit(_model(objective="ce"), _data())  # fmt: skip
+    checkpoint = max(tmp_path.glob("epoch=1-*.ckpt"), key=lambda p: p.stat().st_mtime)
+    resumed = make_trainer(_epoch_callbacks("ce"), max_epochs=3, val_check_interval=0.5)
+    resumed.fit(_model(objective="ce"), _data(), ckpt_path=checkpoint)
+    assert resumed.current_epoch == 3
+
+
 def test_keep_best_warns_when_no_validation_ran(make_trainer: Callable[..., L.Trainer]) -> None:
     model = _model()
-    trainer = make_trainer([KeepBest(include_untrained=False)], max_epochs=2, limit_val_batches=0)
+    keep = KeepBest(include_untrained=False, strict=False)
+    trainer = make_trainer([keep], max_epochs=2, limit_val_batches=0)
     with pytest.warns(RuntimeWarning, match=r"no validation scored 'val/acc' during the fit"):
         trainer.fit(model, _data())
     assert torch.isfinite(model.kernel_layer.landmarks).all()

@@ -506,6 +506,8 @@ def test_skips_sanity_check_and_non_fit(
     trainer.state.stage = RunningStage.TRAINING
     cb.on_train_epoch_end(trainer, module)  # skipped: not fitting
     trainer.state.fn = TrainerFn.FITTING
+    trainer.sanity_checking = False
+    cb.on_train_epoch_start(trainer, module)  # an epoch this process ran (not a resume)
     with pytest.raises(RuntimeError, match="'nope'"):
         cb.on_train_epoch_end(trainer, module)
 

@@ -136,6 +136,28 @@ def test_cosine_resumed_over_another_number_of_epochs_is_refused(
     )
 
 
+def test_a_users_own_scheduler_resumes_under_another_max_epochs(
+    tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
+    # The span check is lr_schedule="cosine"'s: it refused a subclass's own scheduler.
+    class OwnSchedule(KernelClassifier):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.Adam(self.parameters(), lr=LR)
+            return [optimizer], [torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 100)]
+
+    def model() -> OwnSchedule:
+        torch.manual_seed(0)
+        return OwnSchedule(NystromLayer(6, 30, gamma=0.5), num_classes=3, lr=LR)
+
+    first = make_trainer(max_epochs=1)
+    first.fit(model(), _data())
+    path = tmp_path / "own.ckpt"
+    first.save_checkpoint(path)
+    second = make_trainer(max_epochs=2)
+    second.fit(model(), _data(), ckpt_path=path)
+    assert second.current_epoch == 2
+
+
 class LoggedRates(Logger):
     """The ``lr`` the module logged, by epoch (``log_every_n_steps=1``)."""
 

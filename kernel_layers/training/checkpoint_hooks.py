@@ -97,8 +97,9 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
             + " (build them with the checkpoint's settings, e.g. "
             "KernelClassifier.load_from_checkpoint(path))"
         )
-    if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
-        check_schedule_span(owner, source, checkpoint, trainer.max_epochs)
+    fitting = trainer is not None and trainer.state.fn == TrainerFn.FITTING
+    if fitting and model.hparams.get("lr_schedule") == "cosine":  # not a user's scheduler
+        check_schedule_span(owner, source, checkpoint, model.trainer.max_epochs)
     state = checkpoint.get("state_dict", {})
     model.check_state_shapes(state)
     check_finite_state(owner, source, state)

@@ -110,4 +110,5 @@ class EpochDILogging(Callback):
         if model.di_epoch_seen == model.current_epoch and epoch_ends_here(trainer, batch_idx):
             mean = epoch_mean(model).float()
             model.log("train/di_epoch", mean, on_step=True, on_epoch=False)
-            model.log("train/loss_epoch", -mean, on_step=True, on_epoch=False)
+            # an epoch value, so that loggers write it on the epoch's row
+            model.log("train/loss_epoch", -mean, on_step=False, on_epoch=True)
