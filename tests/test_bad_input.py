@@ -27,6 +27,7 @@ from kernel_layers import (
     FeatureCentering,
     FeatureNormalization,
     FourierLayer,
+    Kernel,
     KernelClassifier,
     KernelRegressor,
     NystromLayer,
@@ -1007,3 +1008,31 @@ def test_a_layer_other_than_the_checkpoints_is_refused_in_both_loads(
         ValueError, match=r"kernel_layer\.init_args\.gamma: checkpoint 0\.5, model 2"
     ):
         make_trainer().test(other, dm, ckpt_path=path, verbose=False)
+
+
+def _matrix(x: torch.Tensor, z: torch.Tensor, gamma: float) -> torch.Tensor:
+    return x @ z.T
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: Kernel(3, _matrix), r"Kernel: argument 'name' must be a non-empty str, got 3"),
+        (lambda: Kernel("", _matrix), r"argument 'name' must be a non-empty str, got ''"),
+        (lambda: Kernel("x", None), r"argument 'matrix' must be callable, got NoneType"),
+        (lambda: Kernel("x", _matrix, 5), r"'quantile' must be callable or None, got int"),
+        (
+            lambda: register_kernel(_matrix),
+            r"register_kernel: argument 'kernel' must be a kernel_layers Kernel .*got function",
+        ),
+    ],
+)
+def test_a_malformed_kernel_is_refused_before_the_registry(
+    make: Callable[[], object], match: str
+) -> None:
+    # Accepted, Kernel(3, fn) broke available_kernels() and every misspelt get_kernel
+    # for the session (sorting an int among the names).
+    before = available_kernels()
+    with pytest.raises(TypeError, match=match):
+        make()
+    assert available_kernels() == before

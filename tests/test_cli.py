@@ -270,6 +270,10 @@ def test_select_gamma_rejects_root_for_bundled_data(capsys) -> None:
         ),
         (["plot", "run", "--image-shape", "8,x"], "argument --image-shape: must be H,W"),
         (["plot", "run", "--image-shape", "0,8"], "argument --image-shape: must be H,W"),
+        (  # a value only the search refuses: it was a traceback
+            ["select-gamma", "--max-samples", "3"],
+            "select_gamma: argument 'max_samples' must be an integer >= 6, got 3",
+        ),
     ],
 )
 def test_a_bad_command_option_is_named_with_status_2(capsys, argv: list[str], match: str) -> None:

@@ -55,6 +55,21 @@ def test_curves_explain_a_folder_without_metrics(tmp_path: Path) -> None:
         plot_curves(tmp_path)
 
 
+def test_curves_refuse_a_row_with_more_fields_than_the_header(tmp_path: Path) -> None:
+    # The extra field reached float() as a list: a TypeError naming neither the file
+    # nor the line.
+    (tmp_path / "metrics.csv").write_text("epoch,step,lr\n0,1,0.1\n1,2,0.1,7\n")
+    with pytest.raises(
+        ValueError, match=r"rows have the header's 3 fields, got 4 on line 3 of '.*metrics.csv'"
+    ):
+        plot_curves(tmp_path)
+
+
+def test_landmark_grid_refuses_no_landmarks_to_draw() -> None:
+    with pytest.raises(ValueError, match=r"plot_landmarks: argument 'count' must be .*got 0"):
+        plot_landmarks([("x", torch.rand(4, 64))], (8, 8), "unused.png", count=0)
+
+
 def test_landmark_grid_places_every_image() -> None:
     images = torch.arange(5 * 2 * 3, dtype=torch.float64).reshape(5, 2, 3).numpy()
     canvas = _grid(images, columns=3)
@@ -137,3 +152,10 @@ def test_plot_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -
     with pytest.raises(SystemExit) as done:
         main(["plot", str(tmp_path)])
     assert done.value.code == 2
+    ckpt = "checkpoints/quickstart/last.ckpt"
+    with pytest.raises(SystemExit) as done:  # a traceback before
+        main(["plot", str(run), "--ckpt", ckpt, "--image-shape", "7,7"])
+    assert done.value.code == 2
+    assert "argument 'image_shape' must give images of the landmarks' width, 64" in (
+        capsys.readouterr().err
+    )

@@ -69,14 +69,17 @@ def select_gamma_command(argv: list[str]) -> int:
         if key is None:
             parser.error(f"--root does not apply to --data {args.data} (it needs no files)")
         kwargs[key] = args.root
-    dm = cls(**kwargs)
-    result = select_gamma(
-        dm.train_features().flatten(1),
-        dm.train_targets(),
-        num_landmarks=args.landmarks,
-        max_samples=args.max_samples,
-        classifier=args.classifier,
-    )
+    try:
+        dm = cls(**kwargs)
+        result = select_gamma(
+            dm.train_features().flatten(1),
+            dm.train_targets(),
+            num_landmarks=args.landmarks,
+            max_samples=args.max_samples,
+            classifier=args.classifier,
+        )
+    except ValueError as err:  # the data, or a setting the data does not allow
+        parser.error(str(err))
     for gamma, score in zip(result.gammas, result.scores, strict=True):
         print(f"gamma={gamma:.6g}  cv_accuracy={score:.4f}")
     print(f"best gamma: {result.best_gamma:.6g}")
@@ -104,11 +107,11 @@ def plot_command(argv: list[str]) -> int:
     out = Path(args.out or args.run_dir)
     try:
         written = [plot_curves(args.run_dir, out)]
-    except ValueError as err:
+        if args.ckpt is not None:
+            model = KernelClassifier.load_from_checkpoint(args.ckpt, map_location="cpu")
+            written += draw_model(model, out, args.image_shape, None)
+    except ValueError as err:  # the run's files, or an --image-shape that does not fit
         parser.error(str(err))
-    if args.ckpt is not None:
-        model = KernelClassifier.load_from_checkpoint(args.ckpt, map_location="cpu")
-        written += draw_model(model, out, args.image_shape, None)
     for path in written:
         print(f"wrote {path}")
     return 0

@@ -98,6 +98,21 @@ class Kernel:
     transform: Callable[..., Tensor] | None = None
     check_input: Callable[..., None] | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Kernel: argument 'name' must be a non-empty str, got {self.name!r}")
+        if not callable(self.matrix):
+            raise TypeError(
+                f"Kernel: argument 'matrix' must be callable, got {type(self.matrix).__name__}"
+            )
+        for field in ("quantile", "scale", "transform", "check_input"):
+            value = getattr(self, field)
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f"Kernel: argument {field!r} must be callable or None, "
+                    f"got {type(value).__name__}"
+                )
+
     @property
     def has_spectrum(self) -> bool:
         """Whether random Fourier features exist for this kernel."""
@@ -232,9 +247,15 @@ def register_kernel(kernel: Kernel, *, overwrite: bool = False) -> Kernel:
     """Add ``kernel`` to the registry so layers accept ``kernel=kernel.name``.
 
     Raises:
+        TypeError: ``kernel`` is not a :class:`Kernel`.
         ValueError: the name is taken and ``overwrite`` is false.
     """
     overwrite = check_bool("register_kernel", "overwrite", overwrite)
+    if not isinstance(kernel, Kernel):
+        raise TypeError(
+            "register_kernel: argument 'kernel' must be a kernel_layers Kernel (e.g. "
+            f"Kernel(name, matrix)), got {type(kernel).__name__}"
+        )
     if kernel.name in _REGISTRY and not overwrite:
         raise ValueError(
             f"register_kernel: argument 'kernel' must have a new name, "

@@ -28,6 +28,8 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from kernel_layers._validation import check_int
+
 __all__ = ["CURVES", "KernelPlots", "plot_bandwidths", "plot_curves", "plot_landmarks"]
 
 #: Panels of :func:`plot_curves`: (title, metric columns tried in order).
@@ -55,7 +57,14 @@ def _read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
     """``metric -> [(epoch, value)]`` from a CSVLogger file (last value of each epoch)."""
     series: dict[str, dict[int, float]] = {}
     with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
+        reader = csv.DictReader(fh)
+        for row in reader:
+            if None in row:  # more fields than the header names
+                raise ValueError(
+                    f"plot_curves: argument 'run_dir' must hold a CSVLogger metrics.csv whose "
+                    f"rows have the header's {len(reader.fieldnames or [])} fields, got "
+                    f"{len(row) - 1 + len(row[None])} on line {reader.line_num} of '{path}'"
+                )
             epoch_text = row.get("epoch", "")
             if not epoch_text:
                 continue
@@ -151,6 +160,7 @@ def plot_landmarks(
     Raises:
         ValueError: ``image_shape`` does not give the landmarks' width ``H * W``.
     """
+    count = check_int("plot_landmarks", "count", count)
     height, width = (int(s) for s in tuple(image_shape)[-2:])
     for _, landmarks in panels:
         if landmarks.shape[-1] != height * width:
