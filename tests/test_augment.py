@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,8 +145,13 @@ def _fit(root: Path, augment: bool) -> list[list[torch.Tensor]]:
         lr=1e-2,
     )
     record = _Record()
-    trainer = Trainer(
-        max_epochs=2,
+    _trainer(root, record, max_epochs=2).fit(model, dm)
+    return record.batches
+
+
+def _trainer(root: Path, record: Callback, **options: Any) -> Trainer:
+    """A quiet CPU trainer that records the training batches with ``record``."""
+    return Trainer(
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -154,9 +160,8 @@ def _fit(root: Path, augment: bool) -> list[list[torch.Tensor]]:
         callbacks=[record],
         default_root_dir=root,
         accelerator="cpu",
+        **options,
     )
-    trainer.fit(model, dm)
-    return record.batches
 
 
 def test_fit_trains_on_the_augmented_batches(tmp_path: Path) -> None:
@@ -201,18 +206,7 @@ def _fit_accumulating(root: Path, augment: bool, accumulate: int) -> list[list[t
         augment_shift=3 if augment else 0,
     )
     record = _Record()
-    Trainer(
-        max_epochs=1,
-        accumulate_grad_batches=accumulate,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[record],
-        default_root_dir=root,
-        accelerator="cpu",
-    ).fit(_Plain(), dm)
+    _trainer(root, record, max_epochs=1, accumulate_grad_batches=accumulate).fit(_Plain(), dm)
     return record.batches
 
 
