@@ -59,6 +59,52 @@ def test_squared_distances_into_a_wider_buffer() -> None:
     assert (wide[:, 25:] == 7.0).all()
 
 
+@pytest.mark.parametrize("offset", [100.0, 1000.0])
+def test_gaussian_float32_far_from_the_origin(offset: float) -> None:
+    # ||x||^2 + ||z||^2 - 2 x.z cancels to eps ||x||^2 away from the origin (uncentred:
+    # off by 0.02 at offset 100, 0.8 at 1000); the points are centred first.
+    gen = torch.Generator().manual_seed(0)
+    x = offset + torch.rand(30, 5, generator=gen)
+    z = offset + torch.rand(12, 5, generator=gen)
+    gamma = 2.0  # kernel values about 0.1 to 1 for points spread over [0, 1)^5
+    for a, b in ((x, z), (x, x)):
+        want = gaussian_kernel(a.double(), b.double(), gamma)
+        assert want.min() < 0.2
+        got = gaussian_kernel(a, a if b is a else b, gamma).double()
+        torch.testing.assert_close(got, want, rtol=0.0, atol=1e-5)
+    assert (gaussian_kernel(x, x, gamma).diagonal() == 1.0).all()
+
+
+def test_gaussian_float32_gradients_far_from_the_origin() -> None:
+    # The backward's x * rowsum(E) - E z cancels as the forward's expansion does (to
+    # 5e-4 of the largest gradient at offset 1000, uncentred, even from an exact G).
+    gen = torch.Generator().manual_seed(1)
+    x64 = (1000.0 + torch.rand(20, 4, generator=gen)).double()  # float32 points
+    z64 = (1000.0 + torch.rand(9, 4, generator=gen)).double()
+    w = torch.rand(20, 9, generator=gen, dtype=torch.float64)
+
+    def grads(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, b = a.clone().requires_grad_(), b.clone().requires_grad_()
+        (gaussian_kernel(a, b, 2.0) * w.to(a.dtype)).sum().backward()
+        (gram,) = torch.autograd.grad((gaussian_kernel(a, a, 2.0) ** 2).sum(), a)
+        assert a.grad is not None and b.grad is not None
+        return a.grad, b.grad, gram
+
+    for got, want in zip(grads(x64.float(), z64.float()), grads(x64, z64), strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=0.0, atol=1e-5 * want.abs().max())
+
+
+def test_gaussian_gradcheck_far_from_the_origin() -> None:
+    gen = torch.Generator().manual_seed(2)
+    x = (1e4 + torch.rand(5, 3, generator=gen, dtype=torch.float64)).requires_grad_()
+    z = (1e4 + torch.rand(4, 3, generator=gen, dtype=torch.float64)).requires_grad_()
+    assert gradcheck(lambda a, b: gaussian_kernel(a, b, 0.8), (x, z))
+    assert gradcheck(lambda a: gaussian_kernel(a, a, 0.8), (x,))
+    d = squared_distances(x.detach(), z.detach())
+    want = ((x.detach()[:, None, :] - z.detach()[None, :, :]) ** 2).sum(-1)
+    torch.testing.assert_close(d, want, rtol=1e-12, atol=0.0)
+
+
 def test_sklearn_gamma_convention() -> None:
     from sklearn.metrics.pairwise import laplacian_kernel as sk_lap
     from sklearn.metrics.pairwise import rbf_kernel

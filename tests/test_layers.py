@@ -466,6 +466,84 @@ def test_nystrom_chi2_rejects_negative_inputs() -> None:
         layer(torch.tensor([[0.5, -0.5]]))
 
 
+def test_nystrom_trained_landmarks_leaving_the_domain_stay_usable() -> None:
+    # Pixels in [0, 1] with many exact zeros: one Adam step of DI moves landmark entries
+    # from 0 to below 0 (the gradient passes on the boundary); the kernel then sees them
+    # raised back to 0 instead of refusing every later forward.
+    data = load_digits()
+    x = torch.tensor(data.data[:300] / 16.0, dtype=torch.float32)
+    y = torch.tensor(data.target[:300])
+    layer = NystromLayer.from_data(x, 20, kernel="chi2", gamma=0.1, seed=0)
+    assert layer.landmarks.requires_grad and layer.landmarks.min() == 0.0
+    opt = torch.optim.Adam(layer.parameters(), lr=1e-2)
+    for _ in range(2):
+        di = layer.discriminant_information(x, y, rho=1e-4)
+        assert torch.isfinite(di)
+        opt.zero_grad()
+        (-di).backward()
+        opt.step()
+    assert layer.landmarks.min() < 0.0
+    features = layer(x[:5])
+    assert features.shape == (5, 20) and torch.isfinite(features).all()
+    layer.eval()
+    with torch.no_grad():  # the cached projection: the same map
+        torch.testing.assert_close(layer(x[:5]), features.detach(), rtol=1e-4, atol=1e-5)
+    clamped = NystromLayer(64, 20, kernel="chi2", gamma=0.1, landmarks=layer.landmarks.clamp(0))
+    torch.testing.assert_close(clamped(x[:5]), features.detach(), rtol=1e-4, atol=1e-5)
+
+    skewed = NystromLayer(2, 3, kernel="skewed_chi2", kernel_params={"c": 0.5}, seed=0)
+    with torch.no_grad():
+        skewed.landmarks[0, 1] = -0.7  # below -c
+    out = skewed(torch.rand(4, 2))
+    assert torch.isfinite(out).all()
+    assert skewed.landmarks.grad is None
+    out.sum().backward()
+    assert skewed.landmarks.grad is not None and skewed.landmarks.grad[0, 1] == 0.0
+
+
+def test_nystrom_refuses_landmarks_outside_the_kernel_domain() -> None:
+    bad = torch.rand(3, 2)
+    bad[1, 0] = -0.25
+    with pytest.raises(
+        ValueError,
+        match=r"NystromLayer: argument 'landmarks' must have all entries >= 0 \(chi2 kernel\), "
+        r"got minimum -0.25",
+    ):
+        NystromLayer(2, 3, kernel="chi2", landmarks=bad)
+    with pytest.raises(ValueError, match=r"NystromLayer: argument 'landmarks' must have all"):
+        NystromLayer.from_data(-1.0 - torch.rand(9, 2), 4, kernel="chi2", seed=0)
+    with pytest.raises(
+        ValueError, match=r"NystromLayer: argument 'landmarks' must have all entries > -c = -0.2"
+    ):
+        NystromLayer(2, 3, kernel="skewed_intersection", kernel_params={"c": 0.2}, landmarks=bad)
+    layer = NystromLayer(2, 3, kernel="chi2", landmarks=bad.abs())
+    with pytest.raises(ValueError, match=r"NystromLayer: argument 'rows' must have all entries"):
+        layer.init_from_data(bad)
+    # A user's kernel with an input check: no known projection, so no trainable landmarks.
+    from kernel_layers.kernels import Kernel
+    from kernel_layers.kernels.functions import check_nonnegative_input
+
+    def positive_only(owner: str, name: str, x: Tensor) -> None:
+        check_nonnegative_input(owner, name, x)
+
+    spec = Kernel("test_positive", get_kernel("chi2").matrix, check_input=positive_only)
+    with pytest.raises(
+        ValueError,
+        match=r"NystromLayer: argument 'trainable' must be False with kernel 'test_positive', "
+        r"whose input check has no projection onto its domain \(project_input",
+    ):
+        NystromLayer(2, 3, kernel=spec)
+    assert torch.isfinite(NystromLayer(2, 3, kernel=spec, trainable=False)(torch.rand(4, 2))).all()
+    # with its projection, the same kernel trains
+    projected = Kernel(
+        "test_positive",
+        get_kernel("chi2").matrix,
+        check_input=positive_only,
+        project_input=get_kernel("chi2").project_input,
+    )
+    assert NystromLayer(2, 3, kernel=projected).landmarks.requires_grad
+
+
 @pytest.mark.parametrize("cls", [FourierLayer, NystromLayer])
 def test_layers_validate_kernel_params(cls: type) -> None:
     name = cls.__name__

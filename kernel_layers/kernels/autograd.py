@@ -35,12 +35,25 @@ PRODUCT_CHUNK_ELEMENTS = 1 << 22
 
 
 # --------------------------------------------------------------------------- kernels
+def _shift(z: Tensor) -> Tensor:
+    """The vector both arguments are centred on: the mean of ``z``'s rows (zero when it
+    has none). Distances do not depend on it; centring the points on it keeps their
+    norms, and so the round-off of the expansion below, at the scale of their spread
+    rather than of their distance from the origin."""
+    if z.shape[0] == 0:
+        return z.new_zeros(z.shape[1])
+    return z.mean(dim=0)
+
+
 def squared_distances(x: Tensor, z: Tensor, *, out: Tensor | None = None) -> Tensor:
     """Squared Euclidean distances from one matrix product (not differentiable).
 
-    ``||x - z||^2 = ||x||^2 + ||z||^2 - 2 x^T z``, built in place on the product's
-    buffer, clamped at 0 against round-off; no ``[B, n, D]`` tensor is formed. When
-    ``z`` is ``x`` the diagonal is exactly 0. Differentiate through
+    ``||x - z||^2 = ||x'||^2 + ||z'||^2 - 2 x'^T z'`` with ``x' = x - m``,
+    ``z' = z - m`` centred on the mean ``m`` of ``z``'s rows (one pass over each; the
+    uncentred expansion cancels to ``eps ||x||^2`` for points far from the origin), built in
+    place on the product's buffer, clamped at 0 against round-off; no ``[B, n, D]``
+    tensor is formed. When ``z`` is ``x`` the diagonal is exactly 0 (and the product
+    is of the centred ``x`` with itself). Differentiate through
     :func:`gaussian_kernel` instead.
 
     Args:
@@ -54,11 +67,17 @@ def squared_distances(x: Tensor, z: Tensor, *, out: Tensor | None = None) -> Ten
         Tensor[B, n]: ``d[i, j] = ||x_i - z_j||^2 >= 0`` (``out`` when given).
     """
     with torch.no_grad():
-        x_sq = (x * x).sum(dim=-1, keepdim=True)
-        z_sq = (z * z).sum(dim=-1)
+        shift = _shift(z)
+        xc = x - shift
         # -2 x z^T as x (-2 z)^T (the scaling is exact), then the norms added in place:
-        # ``addmm(z_sq, ...)`` would first broadcast z_sq into its whole output.
-        d = torch.mm(x, (z * -2.0).mT, out=out).add_(z_sq).add_(x_sq).clamp_min_(0.0)
+        # ``addmm(z_sq, ...)`` would first broadcast z_sq into its whole output. The
+        # centred copies are squared in place once the product has read them (the
+        # squares of -2 z, times 1/4, are those of z exactly).
+        z_m2 = xc * -2.0 if z is x else (z - shift).mul_(-2.0)
+        d = torch.mm(xc, z_m2.mT, out=out)
+        x_sq = xc.square_().sum(dim=-1, keepdim=True)
+        z_sq = x_sq.view(-1) if z is x else z_m2.square_().sum(dim=-1).mul_(0.25)
+        d.add_(z_sq).add_(x_sq).clamp_min_(0.0)
         if x is z:
             d.diagonal().zero_()
     return d
@@ -67,14 +86,17 @@ def squared_distances(x: Tensor, z: Tensor, *, out: Tensor | None = None) -> Ten
 class GaussianKernelFunction(torch.autograd.Function):
     """``exp(-gamma ||x - z||^2)`` with one allocation forward and a fused backward.
 
-    Forward: ``G = exp(-gamma (||x||^2 + ||z||^2 - 2 x z^T)^+)`` in place on the
+    Forward: ``G = exp(-gamma (||x||^2 + ||z||^2 - 2 x z^T)^+)``, ``x`` and ``z``
+    centred on a shared vector first (:func:`squared_distances`), in place on the
     product's buffer (the scale applied after the cancelling sum: taken into its terms it
     moved float32 NysDI gradients by 1.3-1.6x more). Backward, with
     ``E = dL/dG * G`` and ``s = -2 gamma`` (applied to the products' small operands, not
     to ``E``): ``dx = s (x * rowsum(E) - E z)``, ``dz = s (z * colsum(E) - E^T x)``; when
     ``z`` is ``x`` their sum ``s (x * rowsum(F) - F x)``, ``F = E + E^T``, is one
     product, and ``F = 2 E`` when the caller vouches that ``dL/dG`` is symmetric
-    (``symmetric_grad``: the transposed sum, slow on large matrices, is skipped).
+    (``symmetric_grad``: the transposed sum, slow on large matrices, is skipped). Both
+    are unchanged by a shift of ``x`` and ``z`` together, and are computed on the
+    centred points as the forward is (:func:`gaussian_grads`).
     """
 
     @staticmethod
@@ -142,8 +164,11 @@ def gaussian_grads(
     not to ``E``): ``dx = s (x * rowsum(E) - E z)``, ``dz = s (z * colsum(E) - E^T x)``;
     when ``symmetric`` (``z`` is ``x``) their sum ``s (x * rowsum(F) - F x)``,
     ``F = E + E^T``, is returned as ``dx`` (``dz`` is ``None``), and ``F = 2 E`` when
-    ``symmetric_grad`` vouches that ``grad`` is symmetric. Computed in the dtype of
-    ``grad`` and ``G``, which may be narrower than the one ``G`` was evaluated in.
+    ``symmetric_grad`` vouches that ``grad`` is symmetric. ``x`` and ``z`` enter centred
+    on the mean of ``z``'s rows (the gradients, sums of ``E_ij (x_i - z_j)``, do not
+    depend on the shift; uncentred, ``x * rowsum(E) - E z`` cancels as the forward's
+    expansion does, to ``eps ||x||`` for points far from the origin). Computed in the
+    dtype of ``grad`` and ``G``, which may be narrower than the one ``G`` was evaluated in.
 
     Args:
         x (Tensor[B, D]), z (Tensor[n, D]): the points.
@@ -166,12 +191,17 @@ def gaussian_grads(
             scale *= 2.0
         else:
             e = e + e.mT
-        grad_x = (x * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, x, alpha=-scale)
+        xc = x - _shift(x)
+        grad_x = (xc * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, xc, alpha=-scale)
         return grad_x, None
-    if need_x:
-        grad_x = (x * e.sum(1, keepdim=True).mul_(scale)).addmm_(e, z, alpha=-scale)
+    if not (need_x or need_z):
+        return None, None
+    shift = _shift(z)
+    xc, zc = x - shift, z - shift
     if need_z:
-        grad_z = (z * e.sum(0).mul_(scale)[:, None]).addmm_(e.mT, x, alpha=-scale)
+        grad_z = (zc * e.sum(0).mul_(scale)[:, None]).addmm_(e.mT, xc, alpha=-scale)
+    if need_x:  # on xc itself: the last read of it
+        grad_x = xc.mul_(e.sum(1, keepdim=True).mul_(scale)).addmm_(e, zc, alpha=-scale)
     return grad_x, grad_z
 
 

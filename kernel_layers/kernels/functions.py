@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_COEF0",
     "DEFAULT_DEGREE",
     "DEFAULT_SKEWEDNESS",
+    "DOMAIN_MARGIN",
     "cauchy_kernel",
     "check_above_shift",
     "check_nonnegative_input",
@@ -33,6 +34,8 @@ __all__ = [
     "linear_kernel",
     "log_shift",
     "polynomial_kernel",
+    "project_above_shift",
+    "project_nonnegative",
     "shifted_log",
     "skewed_chi2_kernel",
     "skewed_intersection_kernel",
@@ -74,6 +77,28 @@ def check_nonnegative_input(owner: str, name: str, x: Tensor) -> None:
             f"{owner}: argument '{name}' must have all entries >= 0 (chi2 kernel), "
             f"got minimum {low:g}"
         )
+
+
+#: The skewed kernels' projection (:func:`project_above_shift`) raises entries to
+#: ``-c + DOMAIN_MARGIN * |c|``: inside their open domain ``x > -c``.
+DOMAIN_MARGIN = 1e-6
+
+
+def _raise_to(x: Tensor, floor: float) -> Tensor:
+    """``max(x, floor)`` whose gradient passes at ``x == floor`` (``clamp_min``'s does
+    not: entries exactly on the boundary, such as the zeros of pixel data, would never
+    move) and is 0 below it."""
+    return x.masked_fill(x < floor, floor)
+
+
+def project_nonnegative(x: Tensor) -> Tensor:
+    """``x`` projected onto the chi2 kernel's domain ``x >= 0``."""
+    return _raise_to(x, 0.0)
+
+
+def project_above_shift(x: Tensor, c: float = DEFAULT_SKEWEDNESS) -> Tensor:
+    """``x`` projected into the skewed kernels' domain ``x > -c`` (a small margin inside)."""
+    return _raise_to(x, -c + max(DOMAIN_MARGIN * abs(c), torch.finfo(x.dtype).tiny))
 
 
 def gaussian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:

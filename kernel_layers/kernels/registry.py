@@ -23,6 +23,8 @@ from kernel_layers.kernels.functions import (
     laplacian_kernel,
     linear_kernel,
     polynomial_kernel,
+    project_above_shift,
+    project_nonnegative,
     shifted_log,
     skewed_chi2_kernel,
     skewed_intersection_kernel,
@@ -88,6 +90,10 @@ class Kernel:
             kernels), or ``None`` for the identity.
         check_input: ``check_input(owner, name, x, **params)`` raising ``ValueError``
             for inputs outside the kernel's domain, or ``None`` when any input is valid.
+        project_input: ``project_input(x, **params) -> Tensor``, ``x`` projected into
+            that domain (where a :class:`~kernel_layers.NystromLayer` evaluates trained
+            landmarks that stepped out of it), or ``None`` (no domain, or none known:
+            such a kernel's landmarks cannot be trained).
     """
 
     name: str
@@ -97,6 +103,7 @@ class Kernel:
     params: tuple[KernelParam, ...] = ()
     transform: Callable[..., Tensor] | None = None
     check_input: Callable[..., None] | None = None
+    project_input: Callable[..., Tensor] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -105,7 +112,7 @@ class Kernel:
             raise TypeError(
                 f"Kernel: argument 'matrix' must be callable, got {type(self.matrix).__name__}"
             )
-        for field in ("quantile", "scale", "transform", "check_input"):
+        for field in ("quantile", "scale", "transform", "check_input", "project_input"):
             value = getattr(self, field)
             if value is not None and not callable(value):
                 raise TypeError(
@@ -195,6 +202,7 @@ class Kernel:
             matrix=partial(self.matrix),  # type: ignore[arg-type]
             transform=partial(self.transform),  # type: ignore[arg-type]
             check_input=partial(self.check_input),  # type: ignore[arg-type]
+            project_input=partial(self.project_input),  # type: ignore[arg-type]
             params=(),
         )
 
@@ -360,6 +368,7 @@ register_kernel(
         params=(_SKEWEDNESS,),
         transform=shifted_log,
         check_input=check_above_shift,
+        project_input=project_above_shift,
     )
 )
 register_kernel(
@@ -371,6 +380,7 @@ register_kernel(
         params=(_SKEWEDNESS,),
         transform=shifted_log,
         check_input=check_above_shift,
+        project_input=project_above_shift,
     )
 )
 register_kernel(
@@ -384,4 +394,11 @@ register_kernel(
     )
 )
 register_kernel(Kernel("linear", linear_kernel))
-register_kernel(Kernel("chi2", chi2_kernel, check_input=check_nonnegative_input))
+register_kernel(
+    Kernel(
+        "chi2",
+        chi2_kernel,
+        check_input=check_nonnegative_input,
+        project_input=project_nonnegative,
+    )
+)

@@ -59,6 +59,19 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
     one. Kernels whose inputs are restricted to a domain (``chi2``, the skewed kernels)
     are refused with ``ard=True``.
 
+    **Kernels with an input domain** (``chi2``: ``z >= 0``; the skewed kernels:
+    ``z > -c``): given landmarks (``landmarks=``, :meth:`from_data`,
+    :meth:`init_from_data`) must lie in it. Trainable landmarks may step out of it (one
+    optimiser step can move an entry of a chi2 landmark below 0): the kernel is
+    evaluated on the landmarks projected into the domain (raised to 0 for ``chi2``, to
+    ``-c`` plus a relative margin of
+    :data:`~kernel_layers.kernels.functions.DOMAIN_MARGIN` for the skewed kernels), so
+    the layer stays usable; the gradient is the projection's: it passes on the
+    boundary, and an entry below it gets none and is evaluated on the boundary. A
+    user's :class:`~kernel_layers.kernels.Kernel` with an input check and no
+    ``project_input`` has no known projection: its landmarks must be
+    ``trainable=False``.
+
     Args:
         in_features: input dimension ``D``.
         out_features: number of landmarks and features ``n``.
@@ -73,11 +86,13 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         kernel_params: further kernel parameters by name (``{"c": ...}`` for the skewed
             kernels, ``{"degree": ..., "coef0": ...}`` for ``"polynomial"``); unknown
             names raise, listing the valid ones.
-        landmarks (Tensor[n, D] | None): initial landmarks; ``None`` draws them
-            uniformly in ``[0, 1)^D`` (the protocol scales features to ``[0, 1]``); use
-            :meth:`from_data` to pick them from data.
+        landmarks (Tensor[n, D] | None): initial landmarks, in the kernel's input
+            domain if it has one; ``None`` draws them uniformly in ``[0, 1)^D`` (the
+            protocol scales features to ``[0, 1]``); use :meth:`from_data` to pick them
+            from data.
         trainable: whether the landmarks (and learned bandwidths) receive gradients
-            (``False`` gives the standard Nystrom baseline).
+            (``False`` gives the standard Nystrom baseline); must be ``False`` for a
+            user's kernel with an input check (see above).
         ard: learn one bandwidth per input dimension (or per block).
         blocks: with ``ard``, one bandwidth per block: block sizes summing to
             ``in_features`` (e.g. ``[10, 44]``) or index groups partitioning
@@ -134,6 +149,12 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
                 f"inputs are restricted to a domain that scaling them could leave (learned "
                 f"bandwidths suit 'gaussian', 'laplacian', 'cauchy'), got ard=True"
             )
+        if trainable and spec.check_input is not None and spec.project_input is None:
+            raise ValueError(
+                f"{owner}: argument 'trainable' must be False with kernel {spec.name!r}, "
+                "whose input check has no projection onto its domain (project_input; "
+                "training could move the landmarks out of it), got trainable=True"
+            )
         self._jitter = None if jitter is None else check_positive(owner, "jitter", jitter)
         if landmarks is None:
             gen = make_generator(seed, generator, owner=owner)
@@ -153,6 +174,7 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
                     f"{owner}: argument 'landmarks' must have out_features={self.out_features} "
                     f"rows, got shape {list(landmarks.shape)}"
                 )
+            self.kernel_spec.validate_input(owner, "landmarks", landmarks)
             z = landmarks.detach().clone().to(dtype=dtype or landmarks.dtype, device=device)
         self.landmarks = nn.Parameter(z, requires_grad=trainable)
         self._init_bandwidths(0.0, trainable=trainable, dtype=z.dtype, device=z.device)
@@ -245,6 +267,7 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
                 f"{type(self).__name__}: argument 'rows' must have shape [>= {needed}, "
                 f"{self.in_features}], got {list(rows.shape)}"
             )
+        self.kernel_spec.validate_input(type(self).__name__, "rows", rows[:needed])
         self.landmarks.copy_(rows[:needed].to(self.landmarks))
 
     def kernel_matrices(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -268,9 +291,16 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         g = self.kernel_spec.matrix(self._scale_inputs(x.to(dtype)), landmarks, self.gamma)
         return g, landmarks
 
+    def _domain_landmarks(self) -> Tensor:
+        """The landmarks projected into the kernel's input domain (themselves when it has
+        none, or when they lie in it)."""
+        project = self.kernel_spec.project_input
+        return self.landmarks if project is None else project(self.landmarks)
+
     def _scaled_landmarks(self) -> Tensor:
-        """The landmarks scaled by the bandwidths (``ard``), in :meth:`feature_dtype`."""
-        landmarks = upcast(self.landmarks)
+        """The landmarks in the kernel's domain, scaled by the bandwidths (``ard``), in
+        :meth:`feature_dtype`."""
+        landmarks = upcast(self._domain_landmarks())
         return self._scale_inputs(landmarks.to(self.feature_dtype(landmarks.dtype)))
 
     def feature_dtype(self, dtype: torch.dtype) -> torch.dtype:
@@ -369,7 +399,7 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         return nystrom_discriminant_information(
             x,
             targets,
-            self.landmarks,
+            self._domain_landmarks(),
             kernel=self.kernel_spec,
             gamma=self.gamma,
             rho=rho,
