@@ -50,14 +50,14 @@ __all__ = [
     "solve_primal",
 ]
 
-#: DI's ``form="auto"`` keeps the dual form only where its round-off bounds are at most
-#: this: ``eps ||Phi_c||_F^2 / rho`` (``||Phi_c||_F^2`` the dual Gram's trace; the
-#: solve's round-off where ``Phi_c`` has rank below ``B - 1``) and ``eps_f^2 ||Phi||_F^2
-#: / rho`` (``eps_f`` the features' dtype's: the centring's round-off, which the dual
-#: Gram carries into its null direction and the primal form's centred targets cancel).
-#: The bounds are loose (Gaussian features of rank 5 with bounds of 5e-4 and 0.55 erred
-#: by 1e-5 and 4e-5, uniform full-rank ones with a bound of 1e-7 by nothing); the primal
-#: form, exact to float64 either way, costs ``J^3``.
+#: The dual form's round-off bound ``eps ||Phi_c||_F^2 / rho`` (relative; it grows so
+#: where ``Phi_c`` has rank below ``B - 1``, and the primal form's does not) may be at
+#: most this: with ``eps`` of float64, ``form="auto"`` takes the dual form only within
+#: it; with ``eps`` of the features' dtype, the dual Gram is formed in that dtype only
+#: within it (a float32 Gram accepted by its pivots alone erred by up to 0.25 on
+#: features of rank 5). The bound is loose (float64 Gaussian features of rank 5 with
+#: bounds of 5e-4 and 0.55 erred by 1e-5 and 4e-5, uniform full-rank ones with a bound of
+#: 1e-7 by nothing); the primal form, exact to float64 either way, costs ``J^3``.
 DUAL_ROUNDOFF_LIMIT = 1e-5
 
 
@@ -167,48 +167,42 @@ def naming_square_overflow(owner: str, features: Tensor) -> Iterator[None]:
         raise
 
 
-def _dual_is_accurate(gram: Tensor, means: Tensor, dtype: torch.dtype, rho: float) -> bool:
-    """Whether the dual form's round-off bounds (:data:`DUAL_ROUNDOFF_LIMIT`) hold for
-    the centred Gram ``G = Phi_c Phi_c^T (Tensor[B, B])`` of features of ``dtype`` whose
-    column means are ``means (Tensor[J])``: ``||Phi||_F^2 = tr(G) + B ||means||^2``, read
-    in one host read; where no host read may decide, yes."""
+def _dual_bounds(phi_c: Tensor, rho: float) -> tuple[float, float] | None:
+    """The dual form's round-off bounds ``eps ||Phi_c||_F^2 / rho`` for ``eps`` of
+    float64 and of ``phi_c``'s dtype (one pass, one host read), or ``None`` where no host
+    read may decide."""
     if torch.compiler.is_compiling() or active_checks() is not None:
-        return True
-    rows = gram.shape[0]
-    trace, offset = torch.stack(
-        [gram.diagonal().sum(dtype=SOLVE_DTYPE), rows * means.square().sum(dtype=SOLVE_DTYPE)]
-    ).tolist()
-    limit = DUAL_ROUNDOFF_LIMIT * rho
-    solve = torch.finfo(SOLVE_DTYPE).eps * trace
-    centring = torch.finfo(dtype).eps ** 2 * (trace + offset)
-    return solve <= limit and centring <= limit
+        return None
+    squares = float(phi_c.square().sum(dtype=SOLVE_DTYPE)) / rho
+    return torch.finfo(SOLVE_DTYPE).eps * squares, torch.finfo(phi_c.dtype).eps * squares
 
 
 def _solve_dual(
-    phi_c: Tensor, y_c: Tensor, rho: float, owner: str, *, means: Tensor, forced: bool
+    phi_c: Tensor, y_c: Tensor, rho: float, owner: str, *, forced: bool
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """DI by the ``B x B`` system ``Phi_c Phi_c^T + rho I`` (one process's rows).
 
-    Its round-off grows as ``eps ||Phi_c Phi_c^T|| / rho`` where ``Phi_c`` has rank
-    below ``B - 1``, and with the centring's round-off of features far from the origin
-    (the primal form's does neither): unless ``forced``, ``None`` where those bounds
-    exceed :data:`DUAL_ROUNDOFF_LIMIT` (the primal form suits such features); ``means
-    (Tensor[J])`` are the features' column means.
+    Its round-off bounds (:func:`_dual_bounds`) decide: unless ``forced``, ``None``
+    where the float64 one exceeds :data:`DUAL_ROUNDOFF_LIMIT` (the primal form suits
+    such features); the Gram is formed in the features' dtype only within the bound of
+    that dtype (and for ``B <= J``), else in float64.
 
     Returns:
         tuple[Tensor[], Tensor[B, L], Tensor[J, L]] | None: DI (float64), the residual
         ``rho Q = Y_c - Phi_c A`` and ``A = Phi_c^T Q``, in ``phi_c``'s dtype.
     """
+    bounds = _dual_bounds(phi_c, rho)
+    if not forced and bounds is not None and bounds[0] > DUAL_ROUNDOFF_LIMIT:
+        return None
     rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=phi_c.device)
     factor = None
     # With B > J the Gram has B - J zero eigenvalues, lifted to rho alone: the pivots do
     # not bound the round-off a float32 Gram leaves there, so it is formed in float64.
-    if phi_c.shape[0] <= phi_c.shape[1]:
+    narrow = bounds is not None and bounds[1] <= DUAL_ROUNDOFF_LIMIT
+    if narrow and phi_c.dtype != SOLVE_DTYPE and phi_c.shape[0] <= phi_c.shape[1]:
         gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
-        if not (forced or _dual_is_accurate(gram, means, phi_c.dtype, rho)):
-            return None
         factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
-    if factor is None:  # too coarse in float32: redo the B x B product in float64
+    if factor is None:  # the product in float64
         gram = gram_matrix(phi_c.to(SOLVE_DTYPE), transpose=True)
         factor = robust_cholesky(_regularised(gram, rho64), owner=owner)
     y64 = y_c.to(SOLVE_DTYPE)
@@ -266,10 +260,7 @@ def di_solve(
     moments = compute_moments(sums, width, scale_columns=scale_columns, sync=sync)
     phi_c, y_c = centre(features, targets, moments)
     dual = form == "dual" or (form == "auto" and features.shape[0] < width)
-    solved = None
-    if dual:
-        means = moments.means[:width]
-        solved = _solve_dual(phi_c, y_c, rho, owner, means=means, forced=form == "dual")
+    solved = _solve_dual(phi_c, y_c, rho, owner, forced=form == "dual") if dual else None
     if solved is not None:
         di, residual, a = solved
         if torch.compiler.is_compiling() or active_checks() is not None or _in_bounds(di, y_c):
