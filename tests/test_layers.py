@@ -15,7 +15,7 @@ from layer_contract import IN_FEATURES, OUT_FEATURES, FeatureMapContract, LayerC
 from sklearn.datasets import load_digits
 from torch import Tensor
 
-from kernel_layers import FourierLayer, NystromLayer, discriminant_information
+from kernel_layers import EnsembleNystrom, FourierLayer, NystromLayer, discriminant_information
 from kernel_layers.kernels import get_kernel
 from kernel_layers.layers.ard import Bandwidths
 from kernel_layers.layers.base import KernelFeatureMap
@@ -499,6 +499,25 @@ def test_nystrom_trained_landmarks_leaving_the_domain_stay_usable() -> None:
     assert skewed.landmarks.grad is None
     out.sum().backward()
     assert skewed.landmarks.grad is not None and skewed.landmarks.grad[0, 1] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_skewed_landmarks_below_the_shift_are_projected_in_every_dtype(dtype: torch.dtype) -> None:
+    # A margin of 1e-6 |c| rounded back onto -c itself in half precision: the forward
+    # refused the projected landmarks.
+    layer = NystromLayer(4, 3, kernel="skewed_chi2", landmarks=torch.rand(3, 4).to(dtype))
+    with torch.no_grad():
+        layer.landmarks[0, 0] = -1.5  # c = 1
+    assert torch.isfinite(layer(torch.rand(5, 4).to(dtype))).all()
+
+
+def test_ensemble_names_the_map_whose_landmarks_leave_the_domain() -> None:
+    bad = -torch.rand(3, 2) - 0.5
+    with pytest.raises(
+        ValueError,
+        match=r"EnsembleNystrom: argument 'landmarks\[1\]' must have all entries >= 0 \(chi2",
+    ):
+        EnsembleNystrom(2, 6, num_maps=2, kernel="chi2", landmarks=[torch.rand(3, 2), bad])
 
 
 def test_nystrom_refuses_landmarks_outside_the_kernel_domain() -> None:

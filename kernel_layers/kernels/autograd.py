@@ -53,7 +53,10 @@ def squared_distances(x: Tensor, z: Tensor, *, out: Tensor | None = None) -> Ten
     uncentred expansion cancels to ``eps ||x||^2`` for points far from the origin), built in
     place on the product's buffer, clamped at 0 against round-off; no ``[B, n, D]``
     tensor is formed. When ``z`` is ``x`` the diagonal is exactly 0 (and the product
-    is of the centred ``x`` with itself). Differentiate through
+    is of the centred ``x`` with itself). The round-off left is ``eps`` times the
+    points' squared distances from ``m``: where they lie far from it compared with
+    their distance from each other (clusters far apart, in float32), scale the inputs
+    (the data modules scale them to ``[0, 1]``) or pass float64. Differentiate through
     :func:`gaussian_kernel` instead.
 
     Args:

@@ -80,7 +80,8 @@ def check_nonnegative_input(owner: str, name: str, x: Tensor) -> None:
 
 
 #: The skewed kernels' projection (:func:`project_above_shift`) raises entries to
-#: ``-c + DOMAIN_MARGIN * |c|``: inside their open domain ``x > -c``.
+#: ``-c + DOMAIN_MARGIN * |c|`` (at least two steps of the dtype's resolution above
+#: ``-c``): inside their open domain ``x > -c``.
 DOMAIN_MARGIN = 1e-6
 
 
@@ -98,7 +99,9 @@ def project_nonnegative(x: Tensor) -> Tensor:
 
 def project_above_shift(x: Tensor, c: float = DEFAULT_SKEWEDNESS) -> Tensor:
     """``x`` projected into the skewed kernels' domain ``x > -c`` (a small margin inside)."""
-    return _raise_to(x, -c + max(DOMAIN_MARGIN * abs(c), torch.finfo(x.dtype).tiny))
+    info = torch.finfo(x.dtype)
+    margin = max(DOMAIN_MARGIN, 2.0 * info.eps) * abs(c)
+    return _raise_to(x, -c + max(margin, info.tiny))
 
 
 def gaussian_kernel(x: Tensor, z: Tensor, gamma: float) -> Tensor:

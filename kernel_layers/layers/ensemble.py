@@ -122,6 +122,8 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
         gen = make_generator(seed, generator, owner=owner) if landmarks is None else None
         if landmarks is not None:
             _check_landmarks(owner, landmarks, self.sizes, self.in_features)
+            for i, z in enumerate(landmarks):  # in the kernel's input domain, if it has one
+                self.kernel_spec.validate_input(owner, f"landmarks[{i}]", z)
         self.register_buffer("weights", _check_weights(owner, weights, self.num_maps, dtype))
         self.maps = nn.ModuleList(
             NystromLayer(
