@@ -557,6 +557,29 @@ def test_scoring_without_a_checkpoint_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["predict", "--config", "quickstart"], "kernel-layers predict: argument '--ckpt_path' is"),
+        (
+            ["test", "--config", "quickstart", "--ckpt_path", "missing.ckpt"],
+            "kernel-layers: argument '--ckpt_path'",
+        ),
+    ],
+)
+def test_from_a_console_a_refused_argument_is_a_usage_error(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    # From a shell these ended in a Python traceback, which reads as a crash.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["kernel-layers", *argv, *QUIET])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
     ("argv", "match"),
     [
         (

@@ -112,7 +112,9 @@ class KernelLayersCLI(LightningCLI):
     """LightningCLI with linked sizes, a test after ``fit``, checked ``--ckpt_path`` and
     predictions written to a file."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, console: bool = False, **kwargs: Any) -> None:
+        # from a console, the checks before a command report usage errors (status 2)
+        self.console = console
         kwargs.setdefault("save_config_callback", RunConfigSaver)
         kwargs.setdefault("trainer_defaults", {"enable_model_summary": False})
         if "parser_kwargs" not in kwargs:
@@ -262,16 +264,37 @@ class KernelLayersCLI(LightningCLI):
             self.check_ckpt_matches(path, str(ckpt_path))
         options["ckpt_path"] = path  # the file checked is the file loaded
 
+    @contextmanager
+    def _usage_errors(self) -> Iterator[None]:
+        """From a console, an argument the checks before a command refuse ends the
+        command with its message on stderr and status 2, as argparse's errors do (a
+        traceback there reads as a crash); called from Python, the error propagates."""
+        try:
+            yield
+        except (ValueError, TypeError, FileNotFoundError) as err:
+            if not self.console:
+                raise
+            print(err, file=sys.stderr)
+            raise SystemExit(2) from None
+
     def before_fit(self) -> None:
-        self._check_ckpt_path()
+        with self._usage_errors():
+            self._check_ckpt_path()
 
     def before_validate(self) -> None:
-        self._check_ckpt_path()
+        with self._usage_errors():
+            self._check_ckpt_path()
 
     def before_test(self) -> None:
-        self._check_ckpt_path()
+        with self._usage_errors():
+            self._check_ckpt_path()
 
     def before_predict(self) -> None:
+        with self._usage_errors():
+            self._check_predict()
+
+    def _check_predict(self) -> None:
+        """``--ckpt_path`` and the data module's predict source (:meth:`before_predict`)."""
         self._check_ckpt_path()
         options = self.config["predict"]
         dm = self.datamodule
@@ -381,4 +404,5 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
         ArrayDataModule,
         subclass_mode_data=True,
         args=None if console else argv,
+        console=console,
     )
