@@ -391,3 +391,10 @@ def test_the_logistic_readout_is_kept_as_an_option() -> None:
     assert clf.readout_.C == 10.0
     np.testing.assert_allclose(clf.predict_proba(x).sum(1), 1.0, rtol=1e-12)
     assert clf.score(x, y) > 0.9
+
+
+def test_a_classifiers_warnings_name_the_classifier() -> None:
+    # They named DIFeatures, the map DIClassifier fits inside, which the user never built.
+    x, y = _digits(50)
+    with pytest.warns(UserWarning, match=r"^DIClassifier: n_components=100 with a batch of 50"):
+        DIClassifier(100, gamma=0.05, max_epochs=1, validation_fraction=None).fit(x, y)

@@ -95,7 +95,7 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
                 f"{owner}: y must hold at least 2 classes, got 1 class (the label {y[0]!r})"
             )
         params = {k: v for k, v in self.get_params().items() if k not in ("C", "readout")}
-        self.features_ = DIFeatures(**params).fit(X, y)
+        self.features_ = DIFeatures(**params)._fit(X, y, owner)
         self.classes_ = self.features_.classes_
         features = self.features_.transform(X)
         codes = np.searchsorted(self.classes_, y)

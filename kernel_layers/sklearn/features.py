@@ -201,6 +201,7 @@ def learn_map(
     num_classes: int | None,
     score_of: Callable[..., Any],
     untrained_penalty: Callable[[np.ndarray, np.ndarray], float] | None = None,
+    owner: str | None = None,
 ) -> LearnedMap:
     """What both estimators' ``fit`` share: build the map on ``X [N, D]`` and (if
     ``trains``) train it by :func:`~kernel_layers.sklearn.training.train_map` against
@@ -216,8 +217,9 @@ def learn_map(
     fitted attributes (``layer_``, ``n_components_``, ``batch_size_``, ``rho_``, ``di_history_``,
     ``validation_scores_``, ``best_epoch_``, ``lr_decay_epochs_``) and returns ``X`` as a
     float64 tensor on ``device`` with the indices of the rows trained on and held out
-    (:class:`LearnedMap`)."""
-    owner = type(estimator).__name__
+    (:class:`LearnedMap`). Messages name ``owner`` (default: the estimator's class; an
+    estimator that fits a :class:`DIFeatures` inside passes its own name)."""
+    owner = owner or type(estimator).__name__
     seed = int(as_random_state(owner, estimator.random_state).randint(2**31 - 1))
     x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
     gamma = estimator.gamma if estimator.gamma is not None else _safe_gamma(X)
@@ -361,6 +363,10 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             TypeError, ValueError: a parameter of the wrong type or out of range (named),
                 ``batch_size <= n_components``, or a ``device`` this machine lacks.
         """
+        return self._fit(X, y, type(self).__name__)
+
+    def _fit(self, X: Any, y: Any, owner: str) -> DIFeatures:
+        """:meth:`fit`, its messages naming ``owner`` (``DIClassifier`` fits one inside)."""
         device = check_params(self)
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
@@ -368,7 +374,7 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         self.classes_ = encoder.classes_
         codes = encoder.transform(y)
         trains = self.max_epochs > 0 and len(self.classes_) > 1
-        learn_map(self, X, codes, device, trains, len(self.classes_), ridge_score)
+        learn_map(self, X, codes, device, trains, len(self.classes_), ridge_score, owner=owner)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
