@@ -12,10 +12,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from sklearn.datasets import load_digits
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.training.heads import ridge_solve
+from kernel_layers.training.modes import side_loader
 from kernel_layers.training.readout import training_statistics
 
 
@@ -131,3 +132,14 @@ def test_a_resumed_fit_validates_with_a_current_read_out(tmp_path: Path) -> None
     resumed = _trainer(max_epochs=3, callbacks=[lag], enable_checkpointing=False)
     resumed.fit(_model(), train, val, ckpt_path=tmp_path / "last.ckpt")
     assert len(lag.lags) == 3 and max(lag.lags) < 1e-6  # the sanity check and 2 epochs
+
+
+def test_the_read_outs_twin_of_a_distributed_loader_reads_every_row() -> None:
+    # Under DDP Lightning gives a plain loader a DistributedSampler: the read-out was
+    # fitted on each process's shard, so the processes held different read-outs.
+    rows = TensorDataset(torch.arange(10.0)[:, None], torch.arange(10) % 2)
+    shard = DistributedSampler(rows, num_replicas=2, rank=1, shuffle=True, seed=0)
+    loader = DataLoader(rows, batch_size=4, sampler=shard)
+    assert sorted(int(x) for batch in loader for x in batch[0][:, 0]) != list(range(10))
+    twin = side_loader(loader, ordered=True)
+    assert [int(x) for batch in twin for x in batch[0][:, 0]] == list(range(10))

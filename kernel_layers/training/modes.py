@@ -10,7 +10,13 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
 
 __all__ = ["eval_mode", "model_inputs", "side_loader"]
 
@@ -50,9 +56,11 @@ def side_loader(loader: Any, *, ordered: bool) -> Any:
     A plain ``DataLoader`` of a map-style dataset is twinned in this process (no
     workers, every row: no ``drop_last``), with its batch size, collate function and
     sampler; a ``RandomSampler`` becomes a ``SequentialSampler`` when ``ordered``, else
-    a new ``RandomSampler`` (rows still drawn at random). Anything else (a library
-    data module's resumable loader, an iterable dataset, a batch sampler) is returned
-    as it is.
+    a new ``RandomSampler`` (rows still drawn at random). When ``ordered``, a
+    ``DistributedSampler``'s shard becomes every row too, on every process (as a
+    data module's ``train_eval_dataloader`` serves them): the read-out fitted on it is
+    the same on each. Anything else (a library data module's resumable loader, an
+    iterable dataset, a batch sampler) is returned as it is.
     """
     if type(loader) is not DataLoader or loader.batch_size is None:
         return loader
@@ -60,8 +68,10 @@ def side_loader(loader: Any, *, ordered: bool) -> Any:
     if isinstance(dataset, IterableDataset):
         return loader
     sampler: Any = loader.sampler
-    if isinstance(sampler, RandomSampler):
-        sampler = SequentialSampler(dataset) if ordered else RandomSampler(dataset)
+    if isinstance(sampler, RandomSampler | DistributedSampler) and ordered:
+        sampler = SequentialSampler(dataset)
+    elif isinstance(sampler, RandomSampler):
+        sampler = RandomSampler(dataset)
     return DataLoader(
         dataset,
         batch_size=loader.batch_size,
