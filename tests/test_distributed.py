@@ -211,3 +211,22 @@ def test_a_ddp_regressor_trains_with_one_rho_on_every_process(tmp_path: Path) ->
     )
     rho = [float((tmp_path / f"rho.{rank}").read_text()) for rank in range(WORLD)]
     assert rho[0] == rho[1] > 1e-4
+
+
+def test_a_short_last_batch_of_unequal_shards_is_judged_by_the_global_batch(
+    tmp_path: Path,
+) -> None:
+    """Shards of 180 and 140 rows in batches of 45: the last global batch holds 50 rows,
+    enough for J = 20, but the process holding 5 judged it as 5 x 2 and raised alone
+    (the other then failed on a closed connection)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    script = Path(__file__).with_name("ddp_short_batch_script.py")
+    subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "steps")],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        capture_output=True,
+    )
+    assert [int((tmp_path / f"steps.{rank}").read_text()) for rank in range(WORLD)] == [4, 4]

@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
@@ -49,7 +50,7 @@ def batch_parts(owner: str, batch: Any, count: int) -> tuple[Any, ...]:
     return tuple(batch[:count])
 
 
-__all__ = ["di_batch_usable", "named_batch_errors"]
+__all__ = ["di_batch_usable", "global_rows", "named_batch_errors"]
 
 #: Exception types raised again as the same type with the batch named in the message;
 #: their subclasses (``torch.OutOfMemoryError``, ``torch.linalg.LinAlgError``, ...) pass
@@ -87,6 +88,21 @@ def _too_small(model: KernelModule, rows: int) -> str:
         f"{type(model).__name__}: the DI objective needs batches larger than the feature "
         f"width J={j}, got a batch of {rows} rows (DI saturates when B <= J)"
     )
+
+
+def global_rows(model: KernelModule, rows: int, batch_idx: int) -> int:
+    """The rows of the global batch whose local part has ``rows`` rows: ``rows`` times
+    the number of processes, whose shards hold equal batches but for the epoch's last,
+    where the shards' own counts are summed (one reduction an epoch: shards a user gave
+    each process differ there, and every process must judge that batch alike)."""
+    trainer = model._trainer
+    if trainer is None or trainer.world_size == 1:
+        return rows
+    batches = trainer.num_training_batches
+    if not (math.isfinite(batches) and batch_idx + 1 >= batches):
+        return rows * trainer.world_size
+    count = torch.tensor(float(rows), device=model.device)
+    return int(trainer.strategy.reduce(count, reduce_op="sum"))
 
 
 def di_batch_usable(model: KernelModule, rows: int, batch_idx: int) -> bool:

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from kernel_layers.objectives import DIStatistics, least_squares_loss, merge_statistics
 from kernel_layers.training import di_epoch
-from kernel_layers.training.batch_checks import batch_parts, di_batch_usable
+from kernel_layers.training.batch_checks import batch_parts, di_batch_usable, global_rows
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -46,7 +46,7 @@ def training_loss(model: KernelModule, batch: Any, batch_idx: int) -> Tensor | N
     ):
         return None
     if objective == "di":
-        if not di_batch_usable(model, h.shape[0] * world, batch_idx):
+        if not di_batch_usable(model, global_rows(model, h.shape[0], batch_idx), batch_idx):
             return None
         di = model._di(h, y)
         if di_epoch.logs_this_step(model, batch_idx):
