@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-import lightning as L
 import torch
+from ddp_common import own_rows_trainer
 from sklearn.datasets import make_regression
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -26,17 +26,7 @@ def main() -> None:
     rows = slice(rank * 180, (rank + 1) * 180)  # each process's own rows: its own penalty
     data = TensorDataset(torch.tensor(x[rows]).float(), torch.tensor(y[rows]).float())
     model = KernelRegressor(FourierLayer(6, 20, seed=0))
-    trainer = L.Trainer(
-        strategy="ddp",
-        accelerator="cpu",
-        devices=2,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-    )
+    trainer = own_rows_trainer()
     trainer.fit(model, train_dataloaders=DataLoader(data, batch_size=45))
     out.with_name(f"{out.name}.{trainer.global_rank}").write_text(repr(model.rho))
 

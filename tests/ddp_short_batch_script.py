@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-import lightning as L
 import torch
+from ddp_common import own_rows_trainer
 from sklearn.datasets import make_classification
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -28,17 +28,7 @@ def main() -> None:
     rank = int(os.environ.get("LOCAL_RANK", 0))
     rows = slice(0, 180) if rank == 0 else slice(180, 320)
     data = TensorDataset(torch.tensor(x[rows]).float(), torch.tensor(y[rows]))
-    trainer = L.Trainer(
-        strategy="ddp",
-        accelerator="cpu",
-        devices=2,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-    )
+    trainer = own_rows_trainer()
     model = KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3)
     trainer.fit(model, train_dataloaders=DataLoader(data, batch_size=45))
     Path(f"{out}.{trainer.global_rank}").write_text(str(trainer.global_step))

@@ -196,19 +196,24 @@ def test_lightning_ddp_equals_single_process_with_doubled_batch(tmp_path: Path, 
     assert any(not torch.allclose(ddp[k], start[k]) for k in ddp)  # training moved something
 
 
-def test_a_ddp_regressor_trains_with_one_rho_on_every_process(tmp_path: Path) -> None:
-    """Each process fits its ridge read-out's penalty on its own rows (a plain loader);
-    DI's ``rho`` is process 0's on both, or the processes would train different DIs."""
+def _run_script(name: str, out: Path) -> None:
+    """Run the 2-process script ``name`` of this folder, writing ``out.<rank>``."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    script = Path(__file__).with_name("ddp_regressor_rho_script.py")
+    script = Path(__file__).with_name(name)
     subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "rho")],
+        [sys.executable, str(script), str(out)],
         check=True,
         env=env,
-        cwd=tmp_path,
+        cwd=out.parent,
         timeout=300,
         capture_output=True,
     )
+
+
+def test_a_ddp_regressor_trains_with_one_rho_on_every_process(tmp_path: Path) -> None:
+    """Each process fits its ridge read-out's penalty on its own rows (a plain loader);
+    DI's ``rho`` is process 0's on both, or the processes would train different DIs."""
+    _run_script("ddp_regressor_rho_script.py", tmp_path / "rho")
     rho = [float((tmp_path / f"rho.{rank}").read_text()) for rank in range(WORLD)]
     assert rho[0] == rho[1] > 1e-4
 
@@ -219,14 +224,5 @@ def test_a_short_last_batch_of_unequal_shards_is_judged_by_the_global_batch(
     """Shards of 180 and 140 rows in batches of 45: the last global batch holds 50 rows,
     enough for J = 20, but the process holding 5 judged it as 5 x 2 and raised alone
     (the other then failed on a closed connection)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    script = Path(__file__).with_name("ddp_short_batch_script.py")
-    subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "steps")],
-        check=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        capture_output=True,
-    )
+    _run_script("ddp_short_batch_script.py", tmp_path / "steps")
     assert [int((tmp_path / f"steps.{rank}").read_text()) for rank in range(WORLD)] == [4, 4]
