@@ -2,8 +2,8 @@
 returning ``(x, y)``: ``x (np.ndarray[N, D])`` float64 features and ``y (np.ndarray[N])``
 the class labels (strings or integers, as the source writes them).
 
-The sources, read from a data folder (``data/`` of the main checkout by default) and
-never downloaded:
+The sources, read from a data folder (``data/`` of the checkout, or
+``$KERNEL_LAYERS_DATA``) and never downloaded:
 
 * ``mlbench/<Name>.csv``: the UCI data sets of Debian's ``r-cran-mlbench`` package,
   extracted by ``mlbench_data.py`` (a header row, the class in the last column);
@@ -22,6 +22,7 @@ drops a row.
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,10 +32,9 @@ from kernel_layers.data.readers import read_covtype_csv
 
 __all__ = ["DATA", "LOADERS", "read_mlbench_csv"]
 
-#: The data folder of the main checkout (ignored by git).
-DATA = Path(__file__).resolve().parents[1] / "data"
-if not DATA.is_dir():  # a git worktree: the data stay in the main checkout
-    DATA = Path("/work/main/data")
+#: The data folder: ``$KERNEL_LAYERS_DATA`` if set (a clone or worktree reading another
+#: checkout's files), else ``data/`` of this checkout (ignored by git).
+DATA = Path(os.environ.get("KERNEL_LAYERS_DATA") or Path(__file__).resolve().parents[1] / "data")
 
 Arrays = tuple[np.ndarray, np.ndarray]
 
