@@ -167,14 +167,19 @@ def naming_square_overflow(owner: str, features: Tensor) -> Iterator[None]:
         raise
 
 
-def _dual_bounds(phi_c: Tensor, rho: float) -> tuple[float, float] | None:
-    """The dual form's round-off bounds ``eps ||Phi_c||_F^2 / rho`` for ``eps`` of
-    float64 and of ``phi_c``'s dtype (one pass, one host read), or ``None`` where no host
-    read may decide."""
+def _dual_reads(phi_c: Tensor, y_c: Tensor, rho: float) -> tuple[float, float, float] | None:
+    """What the dual form decides on, in one host read: its round-off bounds ``eps
+    ||Phi_c||_F^2 / rho`` for ``eps`` of float64 and of ``phi_c``'s dtype, and
+    ``||Y_c||^2``, the upper bound of any ridge fit's DI; ``None`` where no host read may
+    decide."""
     if torch.compiler.is_compiling() or active_checks() is not None:
         return None
-    squares = float(phi_c.square().sum(dtype=SOLVE_DTYPE)) / rho
-    return torch.finfo(SOLVE_DTYPE).eps * squares, torch.finfo(phi_c.dtype).eps * squares
+    squares, total = torch.stack(
+        [phi_c.square().sum(dtype=SOLVE_DTYPE), y_c.square().sum(dtype=SOLVE_DTYPE)]
+    ).tolist()
+    squares /= rho
+    eps64, eps = torch.finfo(SOLVE_DTYPE).eps, torch.finfo(phi_c.dtype).eps
+    return eps64 * squares, eps * squares, total
 
 
 def _solve_dual(
@@ -182,23 +187,25 @@ def _solve_dual(
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """DI by the ``B x B`` system ``Phi_c Phi_c^T + rho I`` (one process's rows).
 
-    Its round-off bounds (:func:`_dual_bounds`) decide: unless ``forced``, ``None``
+    Its round-off bounds (:func:`_dual_reads`) decide: unless ``forced``, ``None``
     where the float64 one exceeds :data:`DUAL_ROUNDOFF_LIMIT` (the primal form suits
     such features); the Gram is formed in the features' dtype only within the bound of
-    that dtype (and for ``B <= J``), else in float64.
+    that dtype (and for ``B <= J``), else in float64. ``None`` too for a result outside
+    ``0 <= DI <= ||Y_c||^2``, the bounds of any ridge fit: the dual form's round-off
+    swamped it (features of low rank at a small ``rho``), where the primal form is exact.
 
     Returns:
         tuple[Tensor[], Tensor[B, L], Tensor[J, L]] | None: DI (float64), the residual
         ``rho Q = Y_c - Phi_c A`` and ``A = Phi_c^T Q``, in ``phi_c``'s dtype.
     """
-    bounds = _dual_bounds(phi_c, rho)
-    if not forced and bounds is not None and bounds[0] > DUAL_ROUNDOFF_LIMIT:
+    reads = _dual_reads(phi_c, y_c, rho)
+    if not forced and reads is not None and reads[0] > DUAL_ROUNDOFF_LIMIT:
         return None
     rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=phi_c.device)
     factor = None
     # With B > J the Gram has B - J zero eigenvalues, lifted to rho alone: the pivots do
     # not bound the round-off a float32 Gram leaves there, so it is formed in float64.
-    narrow = bounds is not None and bounds[1] <= DUAL_ROUNDOFF_LIMIT
+    narrow = reads is not None and reads[1] <= DUAL_ROUNDOFF_LIMIT
     if narrow and phi_c.dtype != SOLVE_DTYPE and phi_c.shape[0] <= phi_c.shape[1]:
         gram = gram_matrix(phi_c, transpose=True)  # the Cholesky reads the lower part
         factor = _factor_if_fine(_regularised(gram, rho64), phi_c.dtype, owner)
@@ -212,14 +219,10 @@ def _solve_dual(
     # ||Y||^2 - rho tr(Y^T Q) such a jitter turned a DI of 0.18 into 2.99).
     fitted = gram.to(SOLVE_DTYPE) @ q
     di = (y64 * fitted).sum()
+    if reads is not None and not 0.0 <= float(di) <= reads[2]:
+        return None
     a = (phi_c.mT.to(SOLVE_DTYPE) @ q).to(phi_c.dtype)
     return di, (y64 - fitted).to(phi_c.dtype), a
-
-
-def _in_bounds(di: Tensor, y_c: Tensor) -> bool:
-    """Whether ``0 <= di <= ||Y_c||^2``, the bounds of any ridge fit (a host read)."""
-    total = float(y_c.to(SOLVE_DTYPE).square().sum())
-    return 0.0 <= float(di) <= total
 
 
 def di_solve(
@@ -263,10 +266,7 @@ def di_solve(
     solved = _solve_dual(phi_c, y_c, rho, owner, forced=form == "dual") if dual else None
     if solved is not None:
         di, residual, a = solved
-        if torch.compiler.is_compiling() or active_checks() is not None or _in_bounds(di, y_c):
-            return di, residual, a, y_c
-        # outside 0 <= DI <= ||Y_c||^2: the dual form's round-off swamped it (features of
-        # low rank at a small rho); the primal form below is exact there
+        return di, residual, a, y_c
     rho64 = torch.tensor(rho, dtype=SOLVE_DTYPE, device=features.device)
     scatter, cross = centred_products(phi_c, y_c, sync)
     # The global S is the same on every process, so all decide alike.
