@@ -13,7 +13,12 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from typing_extensions import override
 
 from kernel_layers._validation import check_bool
-from kernel_layers.callbacks.monitor import MonitorCallback, check_monitor, should_skip
+from kernel_layers.callbacks.monitor import (
+    EPOCH_END,
+    MonitorCallback,
+    check_monitor,
+    should_skip,
+)
 from kernel_layers.callbacks.untrained_baseline import SQUARED_ERROR_KEY, untrained_scores
 
 __all__ = ["KeepBest", "scores_untrained"]
@@ -182,11 +187,7 @@ class KeepBest(MonitorCallback):
         # Read right after the validation, on the weights it scored (steps may follow it
         # in the epoch), and before a checkpoint written at this validation.
         current = self._logged_value(trainer, self.monitor, VALIDATION_END)
-        tie = (
-            None
-            if self.tie_break is None
-            else self._logged_value(trainer, self.tie_break, VALIDATION_END)
-        )
+        tie = self._tie_value(trainer, VALIDATION_END)
         self._validated_copy_epoch = trainer.current_epoch
         if current is not None and (self._improves(current) or self._wins_tie(current, tie)):
             self._keep(pl_module, current, trainer.current_epoch, tie)
@@ -198,9 +199,17 @@ class KeepBest(MonitorCallback):
         current = self._epoch_value(trainer)
         if current is None:
             return
-        tie = None if self.tie_break is None else self._logged_value(trainer, self.tie_break)
+        tie = self._tie_value(trainer)
         if self._improves(current) or self._wins_tie(current, tie):
             self._keep(pl_module, current, trainer.current_epoch, tie)
+
+    def _tie_value(self, trainer: pl.Trainer, when: str = EPOCH_END) -> float | None:
+        """The ``tie_break`` value logged by ``when`` (``None`` without one).
+
+        Raises:
+            RuntimeError: ``strict`` and ``tie_break`` was not logged.
+        """
+        return None if self.tie_break is None else self._logged_value(trainer, self.tie_break, when)
 
     def _wins_tie(self, current: float, tie: float | None) -> bool:
         """Whether an epoch that ties with the best on ``monitor`` (no improvement by

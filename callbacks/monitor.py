@@ -25,6 +25,7 @@ from typing_extensions import override
 from kernel_layers._validation import check_bool, check_choice, check_nonnegative
 
 __all__ = [
+    "EPOCH_END",
     "LOGGER_NAME",
     "MODES",
     "THRESHOLD_MODES",
@@ -43,6 +44,9 @@ MODES: tuple[str, ...] = ("min", "max")
 
 THRESHOLD_MODES: tuple[str, ...] = ("rel", "abs")
 """Allowed values of ``threshold_mode``: relative or absolute improvement margin."""
+
+#: Where a callback reads its monitored value by default (for messages).
+EPOCH_END = "the end of the training epoch"
 
 #: The logger the callbacks' messages go to (level ``INFO``).
 LOGGER_NAME = "kernel_layers.callbacks"
@@ -116,7 +120,7 @@ def should_skip(trainer: pl.Trainer) -> bool:
 
 
 def missing_monitor_message(
-    owner: str, monitor: str, logs: Mapping[str, Any], when: str = "the end of the training epoch"
+    owner: str, monitor: str, logs: Mapping[str, Any], when: str = EPOCH_END
 ) -> str:
     """The error raised (strict) or warned (non-strict) when ``monitor`` was not logged
     by ``when``."""
@@ -319,9 +323,7 @@ class MonitorCallback(Callback):
             and self._validated_epoch != trainer.current_epoch
         )
 
-    def _logged_value(
-        self, trainer: pl.Trainer, key: str, when: str = "the end of the training epoch"
-    ) -> float | None:
+    def _logged_value(self, trainer: pl.Trainer, key: str, when: str = EPOCH_END) -> float | None:
         """The value logged under ``key`` by ``when`` (for the message), or ``None`` when
         it is missing and not ``strict`` (with a warning).
 
