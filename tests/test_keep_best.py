@@ -463,3 +463,31 @@ def test_val_di_judges_the_global_batch_against_the_width(
     log_validation_di(model, (x, y))
     log_validation_di(model, (x[:12], y[:12]))
     assert seen == [20]
+
+
+def test_keep_best_val_di_without_a_batch_larger_than_the_width_is_named(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # 180 validation rows in batches of 100 (100 and 80 rows), J = 120: no batch is
+    # larger than the width, so val/di is never logged and there is no epoch to judge.
+    x, y = make_classification(
+        n_samples=1200, n_features=8, n_informative=5, n_redundant=0, n_classes=3,
+        random_state=0,
+    )  # fmt: skip
+    dm = TensorDataModule(x[:900], y[:900], x[900:], y[900:], batch_size=100, val_fraction=0.2)
+    model = KernelClassifier(FourierLayer(8, 120, seed=0), num_classes=3, keep_best="val/di")
+    with pytest.raises(
+        ValueError,
+        match=r"KernelClassifier: argument 'keep_best' 'val/di' needs validation batches of "
+        r"more rows than the feature width 120 .* at most 100 rows; use keep_best='val/acc'",
+    ):
+        make_trainer(max_epochs=2).fit(model, dm)
+    # larger batches: val/di is logged and the fit keeps its best epoch
+    dm = TensorDataModule(x[:900], y[:900], x[900:], y[900:], batch_size=300, val_fraction=0.2)
+    model = KernelClassifier(FourierLayer(8, 120, seed=0), num_classes=3, keep_best="val/di")
+    trainer = make_trainer(max_epochs=2)
+    trainer.fit(model, dm)
+    assert "val/di" in trainer.callback_metrics
+    # validation outside a fit with small batches is not refused (nothing is kept there)
+    dm_small = TensorDataModule(x[:900], y[:900], x[900:], y[900:], batch_size=50, val_fraction=0.2)
+    assert trainer.validate(model, dm_small, verbose=False)[0]["val/acc"] > 0

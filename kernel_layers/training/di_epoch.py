@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EpochDILogging",
     "add_batch",
+    "check_validation_di_logged",
     "epoch_ends_here",
     "epoch_mean",
     "log_validation_di",
@@ -58,17 +59,39 @@ def add_batch(model: KernelModule, di: Tensor, rows: int) -> None:
 
 
 @torch.no_grad()
-def log_validation_di(model: KernelModule, batch: Any) -> None:
+def log_validation_di(model: KernelModule, batch: Any) -> int:
     """Log ``val/di``: the DI of a validation batch, as the map computes it for training,
     averaged over the epoch's batches weighted by their rows. A batch not larger than the
     feature width is left out (its DI sits at its ceiling whatever the map); under DDP
     the global batch is (every process's shard, of equal size under the distributed
-    sampler), so that every process takes the same branch."""
+    sampler), so that every process takes the same branch. Returns the batch's global
+    rows when it was left out, else 0."""
     x, y = batch_parts(type(model).__name__, batch, 2)
-    if len(x) * model._world_size <= model.num_features:
-        return
+    rows = len(x) * model._world_size
+    if rows <= model.num_features:
+        return rows
     di = model._di(model.embed(x), y)
     model.log("val/di", di, on_step=False, on_epoch=True, batch_size=len(x))
+    return 0
+
+
+def check_validation_di_logged(model: KernelModule, logged: bool, largest_left_out: int) -> None:
+    """Raise at the end of a validation when ``keep_best="val/di"`` has nothing to judge:
+    every validation batch was left out of ``val/di`` (``largest_left_out``: the most
+    global rows one held).
+
+    Raises:
+        ValueError: naming ``keep_best``, the feature width and the batches' rows.
+    """
+    if logged or model.hparams.get("keep_best") != "val/di":
+        return
+    raise ValueError(
+        f"{type(model).__name__}: argument 'keep_best' 'val/di' needs validation batches "
+        f"of more rows than the feature width {model.num_features} (DI of fewer rows sits "
+        f"at its ceiling whatever the map), got validation batches of at most "
+        f"{largest_left_out} rows; use keep_best='val/acc', more validation rows or a "
+        "larger validation batch"
+    )
 
 
 def epoch_mean(model: KernelModule) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
@@ -30,7 +31,7 @@ from kernel_layers.training import preflight
 from kernel_layers.training.architecture import cli_config, module_from
 from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
-from kernel_layers.training.di_epoch import log_validation_di
+from kernel_layers.training.di_epoch import check_validation_di_logged, log_validation_di
 from kernel_layers.training.group_lasso import log_block_norms, model_block_norms
 from kernel_layers.training.heads import DEFAULT_HEAD_RHO, one_hot_targets
 from kernel_layers.training.kernel_module import KernelModule
@@ -129,6 +130,8 @@ class KernelClassifier(KernelModule):
             ``val/mse``, the lower kept, as the scikit-learn estimators do. The untrained
             map is a candidate too with a ridge read-out and a :mod:`kernel_layers.data`
             module (with plain data loaders only the trained epochs are, with a warning).
+            ``"val/di"`` needs a validation batch of more rows than the feature width
+            (a ``ValueError`` at the first validation otherwise).
 
     Raises:
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
@@ -196,6 +199,9 @@ class KernelClassifier(KernelModule):
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_mse = MeanSquaredError()
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        #: Whether this validation logged ``val/di``, and the most rows of a batch it left
+        #: out (``keep_best="val/di"`` needs one logged).
+        self._val_di_logged, self._val_di_left_out = False, 0
 
     @property
     def head_follows_rho(self) -> bool:
@@ -281,7 +287,16 @@ class KernelClassifier(KernelModule):
             self.val_mse.update(scores, one_hot_targets(y, scores.shape[1], scores.dtype))
             self.log(SQUARED_ERROR_KEY, self.val_mse, on_step=False, on_epoch=True)
         if self.hparams["objective"] == "di":
-            log_validation_di(self, batch)
+            left_out = log_validation_di(self, batch)
+            self._val_di_left_out = max(self._val_di_left_out, left_out)
+            self._val_di_logged = self._val_di_logged or not left_out
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_di_logged, self._val_di_left_out = False, 0
+
+    def on_validation_epoch_end(self) -> None:
+        if self.hparams["objective"] == "di" and self.trainer.state.fn == TrainerFn.FITTING:
+            check_validation_di_logged(self, self._val_di_logged, self._val_di_left_out)
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, self.test_acc, "test/acc")
