@@ -940,10 +940,13 @@ def test_export_writes_an_onnx_model_of_raw_rows(fitted_quickstart: Path, monkey
     with torch.no_grad():
         expected = model.scores(model(dm.transform(raw)))
         exact = model.double().scores(model(dm.transform(raw).double()))
-    # as close to the float64 model as PyTorch's own float32 forward
+    # as close to the float64 model as a float32 forward can be: onnxruntime's kernels
+    # sum in another order than PyTorch's; 1e-5 is under 100 float32 steps at scores of
+    # order 1, for sums of 64 and 20 terms
     eager_error = float((expected.double() - exact).abs().max())
     onnx_error = float((torch.from_numpy(scores).double() - exact).abs().max())
-    assert onnx_error <= 2 * eager_error + 1e-6, (onnx_error, eager_error)
+    assert float(exact.abs().max()) < 10  # scores of order 1
+    assert onnx_error <= 2 * eager_error + 1e-5, (onnx_error, eager_error)
     assert (classes == expected.argmax(1).numpy()).mean() > 0.999
 
 
