@@ -228,14 +228,22 @@ class KeepBest(MonitorCallback):
             apply_to_collection(pl_module.state_dict(), torch.Tensor, _to_cpu)
         )
 
+    @property
+    def validated_an_epoch(self) -> bool:
+        """Whether a validation of this fit scored a trained epoch."""
+        return self._validated_copy_epoch >= 0
+
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.best_state is None:
+        # Only the untrained map scored (no validation after an epoch): keep the last.
+        untrained_only = self.best_epoch == -1 and not self.validated_an_epoch
+        if self.best_state is None or untrained_only:
             if not should_skip(trainer) and trainer.current_epoch > 0:
                 rank_zero_warn(
-                    f"{_OWNER}: no validation scored '{self.monitor}' during the fit, so the "
-                    "last weights are kept (the data has no validation rows, or "
-                    "limit_val_batches=0)",
+                    f"{_OWNER}: no validation scored '{self.monitor}' after a training "
+                    "epoch, so the last weights are kept (the data has no validation rows, "
+                    "limit_val_batches=0, or validation runs less often than the fit's "
+                    "epochs)",
                     category=RuntimeWarning,
                 )
             return

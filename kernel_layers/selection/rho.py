@@ -23,12 +23,24 @@ from numbers import Real
 
 from kernel_layers.objectives import DEFAULT_RHO
 
-__all__ = ["SMALL_DATA_BATCHES", "SMALL_DATA_RHO", "rho_for_epoch", "rho_from_penalty"]
+__all__ = [
+    "SMALL_DATA_BATCHES",
+    "SMALL_DATA_RHO",
+    "is_small_data",
+    "rho_for_epoch",
+    "rho_from_penalty",
+]
 
 #: An epoch of fewer batches than this is small data ...
 SMALL_DATA_BATCHES = 8
 #: ... and gets this ridge parameter instead of the paper's.
 SMALL_DATA_RHO = 0.1
+
+
+def is_small_data(batches: float) -> bool:
+    """Whether an epoch of ``batches`` batches is small data (fewer than
+    ``SMALL_DATA_BATCHES``; an endless epoch, ``inf``, is not)."""
+    return batches < SMALL_DATA_BATCHES
 
 
 def rho_for_epoch(batches: float) -> float:
@@ -43,9 +55,7 @@ def rho_for_epoch(batches: float) -> float:
         raise ValueError(
             f"rho_for_epoch: argument 'batches' must be a number >= 1 (or inf), got {batches!r}"
         )
-    if math.isinf(batches):
-        return DEFAULT_RHO
-    return SMALL_DATA_RHO if batches < SMALL_DATA_BATCHES else DEFAULT_RHO
+    return SMALL_DATA_RHO if is_small_data(batches) else DEFAULT_RHO
 
 
 def rho_from_penalty(penalty: float, batches: float) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -51,6 +51,7 @@ from kernel_layers.training.readout import (
     head_needs_fit,
 )
 from kernel_layers.training.readout import refit_head as fit_ridge_head
+from kernel_layers.training.small_data import AUTO, auto_keep_best
 
 __all__ = ["KernelModule"]
 
@@ -79,6 +80,8 @@ class KernelModule(LightningModule):
     di_epoch_seen: int | None
     guard: DivergenceGuard
     head_tracker: ReadoutTracker
+    #: The validation metric ``keep_best="auto"`` keeps the best epoch of.
+    KEEP_BEST_MONITOR: ClassVar[str]
 
     def _build(
         self,
@@ -205,8 +208,11 @@ class KernelModule(LightningModule):
         check_every = self.hparams["check_every"]
         if check_every != "step":
             callbacks.append(EpochChecks(check_every))  # read before anything logs
-        if self.hparams.get("keep_best"):  # restores the best epoch before the refit below
-            callbacks.append(self._keep_best(self.hparams["keep_best"]))
+        keep_best = self.hparams.get("keep_best")  # restores it before the refit below
+        if keep_best == AUTO:
+            callbacks.extend(auto_keep_best(self))
+        elif keep_best:
+            callbacks.append(self._keep_best(keep_best))
         callbacks.append(ReadoutRefit())
         if self.objective == "di":
             callbacks.append(EpochDILogging())

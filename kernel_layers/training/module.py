@@ -38,6 +38,7 @@ from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.losses import refit_ls_readout
 from kernel_layers.training.predictor import Predictor, build_predictor
 from kernel_layers.training.readout import check_head_ready
+from kernel_layers.training.small_data import AUTO
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
 
@@ -124,7 +125,11 @@ class KernelClassifier(KernelModule):
             rows (``0``: not logged).
         keep_best: ``"val/acc"`` or ``"val/di"``: the model handed back when ``fit``
             ends is the one of the best epoch on that validation metric
-            (:class:`~kernel_layers.callbacks.KeepBest`), not the last; ``None``: the last.
+            (:class:`~kernel_layers.callbacks.KeepBest`), not the last; ``None``: the last;
+            ``"auto"`` (default): ``"val/acc"`` when an epoch has fewer than
+            ``SMALL_DATA_BATCHES`` (8) batches and a :mod:`kernel_layers.data` module
+            has validation rows (with a ridge read-out), else the last, silently
+            (:mod:`~kernel_layers.training.small_data`).
             With ``"val/acc"`` and a ridge read-out (``"di"``, ``"ls"``), epochs of equal
             accuracy (it moves in steps of one validation row) are told apart by
             ``val/mse``, the lower kept, as the scikit-learn estimators do. The untrained
@@ -137,6 +142,8 @@ class KernelClassifier(KernelModule):
         TypeError: ``kernel_layer`` is not a ``KernelFeatureMap``, or ``backbone`` is
             not an ``nn.Module``.
     """
+
+    KEEP_BEST_MONITOR = "val/acc"
 
     def __init__(
         self,
@@ -155,7 +162,7 @@ class KernelClassifier(KernelModule):
         group_lasso: float = 0.0,
         check_every: str = "auto",
         approximation_rows: int = 0,
-        keep_best: str | None = None,
+        keep_best: str | None = AUTO,
     ) -> None:
         super().__init__()
         owner = type(self).__name__

@@ -35,8 +35,10 @@ __all__ = [
     "use_atomic_checkpoints",
 ]
 
-#: The validation metrics ``KernelClassifier(keep_best=...)`` can keep the best epoch of.
-KEEP_BEST = ("val/acc", "val/di")
+#: ``KernelClassifier(keep_best=...)``: ``"auto"`` (the best on ``val/acc`` on small data
+#: only, :mod:`~kernel_layers.training.small_data`) or the validation metric whose best
+#: epoch is kept.
+KEEP_BEST = ("auto", "val/acc", "val/di")
 
 
 def check_state_shapes(owner: str, own: Mapping[str, Any], state_dict: Mapping[str, Any]) -> None:

@@ -27,11 +27,13 @@ from kernel_layers.training.deferred import CHECK_EVERY
 from kernel_layers.training.heads import gcv_penalty
 from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.readout import check_head_ready, training_statistics
+from kernel_layers.training.small_data import AUTO
 
 __all__ = ["KEEP_BEST", "KernelRegressor"]
 
-#: The validation metrics ``KernelRegressor(keep_best=...)`` can keep the best epoch of.
-KEEP_BEST = ("val/r2",)
+#: ``KernelRegressor(keep_best=...)``: ``"auto"`` (the best on ``val/r2`` on small data
+#: only) or the validation metric whose best epoch is kept.
+KEEP_BEST = ("auto", "val/r2")
 
 
 class _RowCountedR2(R2Score):
@@ -108,7 +110,9 @@ class KernelRegressor(KernelModule):
             the best epoch on the validation ``R^2``
             (:class:`~kernel_layers.callbacks.KeepBest`), the untrained map included, not
             the last, so that a map that fits the training rows' noise (small data) is not
-            returned; ``None``: the last. The untrained map needs a
+            returned; ``None``: the last; ``"auto"`` (default): ``"val/r2"`` when an
+            epoch has fewer than 8 batches and a :mod:`kernel_layers.data` module has
+            validation rows, else the last, silently. The untrained map needs a
             :mod:`kernel_layers.data` module (with plain data loaders only the trained
             epochs are candidates, with a warning).
 
@@ -118,6 +122,8 @@ class KernelRegressor(KernelModule):
             are not floats (integer labels belong to ``KernelClassifier``).
         ValueError: an argument out of range; targets of the wrong shape or not finite.
     """
+
+    KEEP_BEST_MONITOR = "val/r2"
 
     def __init__(
         self,
@@ -133,7 +139,7 @@ class KernelRegressor(KernelModule):
         init_landmarks: bool = True,
         check_every: str = "auto",
         approximation_rows: int = 0,
-        keep_best: str | None = None,
+        keep_best: str | None = AUTO,
     ) -> None:
         super().__init__()
         owner = type(self).__name__

@@ -178,3 +178,22 @@ def test_the_same_correct_test_rows_are_a_tie() -> None:
     assert goals[1]["detail"] == (
         "0/1; below: b (54.97 < 55.26, 2 seeds; difference -0.29, standard error 0.29)"
     )
+
+
+def test_the_last_epoch_and_the_best_epoch_get_goals_of_their_own() -> None:
+    """``di_trained_last`` and ``di_trained_keep_best`` records add their two goals each,
+    after the defaults' (``di_trained``), each against its own run's untrained figure."""
+    records = [
+        *_records(),
+        _record("b/di_trained_last", 71.0, 3.0, untrained_acc=72.0),
+        _record("b/di_trained_keep_best", 72.0, 3.0, untrained_acc=72.0),
+    ]
+    goals = suite_goals.goals(records)
+    assert [g["goal"] for g in goals[2:6]] == [
+        "DI-trained, last epoch, >= untrained map on every data set",
+        "DI-trained, last epoch, >= untrained map on the mean of its seeds",
+        "DI-trained, best on validation, >= untrained map on every data set",
+        "DI-trained, best on validation, >= untrained map on the mean of its seeds",
+    ]
+    assert goals[2]["detail"] == "0/1; below: b (71.00 < 72.00)" and goals[2]["held"] is False
+    assert goals[4]["detail"] == "1/1" and goals[4]["held"] is True

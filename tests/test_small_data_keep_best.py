@@ -1,0 +1,145 @@
+"""``keep_best="auto"`` (the default): the best epoch on validation on small data only."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from sklearn.datasets import make_classification, make_regression
+
+from kernel_layers import KernelClassifier, KernelRegressor
+from kernel_layers.callbacks import KeepBest
+from kernel_layers.data import TensorDataModule
+from kernel_layers.layers.fourier import FourierLayer
+from kernel_layers.selection.rho import SMALL_DATA_BATCHES, is_small_data
+from kernel_layers.training.small_data import SmallDataKeepBest
+
+
+def _classes(batch_size: int, val_fraction: float = 0.2) -> TensorDataModule:
+    x, y = make_classification(
+        n_samples=1300, n_features=8, n_informative=5, n_redundant=0, n_classes=3,
+        random_state=0,
+    )  # fmt: skip
+    return TensorDataModule(
+        x[:900], y[:900], x[900:], y[900:], batch_size=batch_size, val_fraction=val_fraction
+    )
+
+
+def _fit(
+    make_trainer: Callable[..., L.Trainer], dm: TensorDataModule, epochs: int = 4, **kwargs: Any
+) -> tuple[KernelClassifier, L.Trainer]:
+    L.seed_everything(0)
+    # a learning rate so large that held-out accuracy falls after the first epoch
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, **kwargs)
+    trainer = make_trainer(max_epochs=epochs)
+    trainer.fit(model, dm)
+    return model, trainer
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """Whether every tensor of the two modules' states is equal (extra states aside)."""
+    one, two = a.state_dict(), b.state_dict()
+    assert one.keys() == two.keys()
+    return all(torch.equal(one[k], two[k]) for k in one if isinstance(one[k], torch.Tensor))
+
+
+def test_small_data_is_fewer_than_eight_batches() -> None:
+    assert SMALL_DATA_BATCHES == 8
+    assert is_small_data(7) and not is_small_data(8) and not is_small_data(float("inf"))
+
+
+def test_auto_keeps_the_best_epoch_on_small_data(make_trainer: Callable[..., L.Trainer]) -> None:
+    # 720 training rows in batches of 300: 3 batches an epoch
+    auto, trainer = _fit(make_trainer, _classes(300))
+    assert auto.hparams["keep_best"] == "auto"
+    keep = next(c for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
+    assert keep.active and keep.best_epoch is not None and keep.best_epoch < 3
+    explicit, _ = _fit(make_trainer, _classes(300), keep_best="val/acc")
+    last, _ = _fit(make_trainer, _classes(300), keep_best=None)
+    assert _same_weights(auto, explicit)
+    assert not _same_weights(auto, last)
+
+
+def test_auto_keeps_the_last_epoch_with_many_batches(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # 720 training rows in batches of 90: 8 batches an epoch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        auto, trainer = _fit(make_trainer, _classes(90))
+    keep = next(c for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
+    assert not keep.active and keep.best_state is None
+    last, _ = _fit(make_trainer, _classes(90), keep_best=None)
+    assert _same_weights(auto, last)
+
+
+def test_auto_without_validation_rows_keeps_the_last_epoch_silently(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        auto, _ = _fit(make_trainer, _classes(300, val_fraction=0.0))
+    last, _ = _fit(make_trainer, _classes(300, val_fraction=0.0), keep_best=None)
+    assert _same_weights(auto, last)
+
+
+def test_auto_steps_aside_for_a_users_keep_best(make_trainer: Callable[..., L.Trainer]) -> None:
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0)
+    theirs = KeepBest("val/acc", verbose=False)
+    trainer = make_trainer(callbacks=[theirs], max_epochs=3)
+    trainer.fit(model, _classes(300))
+    assert theirs in trainer.callbacks and theirs.best_epoch is not None
+    assert not any(isinstance(c, SmallDataKeepBest) for c in trainer.callbacks)
+
+
+def test_auto_with_a_trained_read_out_keeps_the_last_epoch(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    auto, trainer = _fit(make_trainer, _classes(300), epochs=2, objective="ce")
+    keep = next(c for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
+    assert not keep.active
+    last, _ = _fit(make_trainer, _classes(300), epochs=2, objective="ce", keep_best=None)
+    assert _same_weights(auto, last)
+
+
+def test_auto_keeps_the_regressors_best_epoch_on_small_data(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    x, y = make_regression(n_samples=500, n_features=6, noise=20.0, random_state=0)
+    y = (y - y.mean()) / y.std()
+
+    def fit(**kwargs: Any) -> KernelRegressor:
+        L.seed_everything(0)
+        dm = TensorDataModule(
+            x[:400], y[:400], x[400:], y[400:], float_targets=True, batch_size=200,
+            val_fraction=0.25,
+        )  # fmt: skip
+        model = KernelRegressor(FourierLayer(6, 40, seed=0), lr=1.0, **kwargs)
+        make_trainer(max_epochs=4).fit(model, dm)
+        return model
+
+    auto, explicit, last = fit(), fit(keep_best="val/r2"), fit(keep_best=None)
+    assert auto.hparams["keep_best"] == "auto"
+    assert _same_weights(auto, explicit) and not _same_weights(auto, last)
+
+
+def test_keep_best_that_scored_only_the_untrained_map_keeps_the_last_epoch(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # validation every 5 epochs, 2 epochs run: only the untrained map was scored
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best=None)
+    keep = KeepBest("val/acc", verbose=False)
+    trainer = make_trainer(callbacks=[keep], max_epochs=2, check_val_every_n_epoch=5)
+    with pytest.warns(RuntimeWarning, match=r"no validation scored 'val/acc' after a training"):
+        trainer.fit(model, _classes(300))
+    assert keep.best_epoch == -1  # the untrained map was scored, and is not handed back
+    last = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best=None)
+    L.seed_everything(0)
+    make_trainer(max_epochs=2, check_val_every_n_epoch=5).fit(last, _classes(300))
+    assert _same_weights(model, last)
