@@ -285,6 +285,7 @@ def measure(name: str, method: str, data: Split, width: int | None = None) -> di
         "dataset": name,
         "method": (LABELS[method].replace("`RidgeCV`", "`Ridge`") if fixed else LABELS[method])
         + (", learned bandwidths (ARD)" if ARD and trained else "")
+        + (f", Adam lr {LR:g}" if trained and LR != LR_DEFAULT else "")
         + (f", read-out penalty {HEAD_RHO:g}" if fixed else ""),
         "rows": len(x_train) + len(y_test),
         "J": None if method == "linear_ridge" else j,  # no kernel map

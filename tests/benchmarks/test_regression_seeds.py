@@ -144,3 +144,16 @@ def test_the_linear_baseline_is_ridgecv_on_the_scaled_features(tmp_path: Path) -
         .splitlines()[2]
         .startswith("| diabetes | linear `RidgeCV` (no kernel) | - | ")
     )
+
+
+def test_a_trained_methods_label_names_a_learning_rate_other_than_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = regression.split("diabetes")
+    monkeypatch.setattr(regression, "MAX_EPOCHS", 1)
+    label = "DI-trained `KernelRegressor`, last epoch"
+    assert regression.measure("diabetes", "di_last", data)["method"] == label
+    monkeypatch.setattr(regression, "LR", 1e-3)
+    assert regression.measure("diabetes", "di_last", data)["method"] == label + ", Adam lr 0.001"
+    # the untrained map has no learning rate
+    assert regression.measure("diabetes", "untrained", data)["method"] == "untrained map + ridge"
