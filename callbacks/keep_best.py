@@ -134,6 +134,9 @@ class KeepBest(MonitorCallback):
         self.best_epoch: int | None = None
         self.best_state: dict[str, Any] | None = None
         self.best_tie: float | None = None
+        #: The epoch whose weights the last ``fit`` handed back (``-1``: the untrained
+        #: map; ``None``: none, the last weights stayed).
+        self.restored_epoch: int | None = None
         # the epoch whose monitored value its validation logged and this callback read
         self._validated_copy_epoch = -1
 
@@ -235,6 +238,7 @@ class KeepBest(MonitorCallback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.restored_epoch = None
         # Only the untrained map scored (no validation after an epoch): keep the last.
         untrained_only = self.best_epoch == -1 and not self.validated_an_epoch
         if self.best_state is None or untrained_only:
@@ -248,6 +252,7 @@ class KeepBest(MonitorCallback):
                 )
             return
         pl_module.load_state_dict(copy.deepcopy(self.best_state))
+        self.restored_epoch = self.best_epoch
         if self.verbose:
             which = "the untrained map" if self.best_epoch == -1 else f"epoch {self.best_epoch}"
             self._info(

@@ -143,3 +143,22 @@ def test_keep_best_that_scored_only_the_untrained_map_keeps_the_last_epoch(
     L.seed_everything(0)
     make_trainer(max_epochs=2, check_val_every_n_epoch=5).fit(last, _classes(300))
     assert _same_weights(model, last)
+
+
+def test_the_fit_summary_names_the_epoch_handed_back(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    from kernel_layers.cli.output import fit_summary
+
+    _, trainer = _fit(make_trainer, _classes(300))
+    keep = next(c for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
+    assert keep.restored_epoch == keep.best_epoch and keep.best_epoch != 3
+    which = "the untrained map" if keep.best_epoch == -1 else f"epoch {keep.best_epoch}"
+    expected = (
+        f"  model: {which}, the best on val/acc ({keep.best_score:.4f}; keep_best); the "
+        "checkpoint below holds the last epoch"
+    )
+    assert expected in fit_summary(trainer, None, None)
+    # the last epoch handed back: no such line
+    _, trainer = _fit(make_trainer, _classes(300), keep_best=None)
+    assert not any(line.startswith("  model:") for line in fit_summary(trainer, None, None))

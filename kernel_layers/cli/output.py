@@ -15,6 +15,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
+from kernel_layers.callbacks.keep_best import KeepBest
+
 __all__ = [
     "CLI_LOGGER",
     "QUIET_LOGGERS",
@@ -118,6 +120,14 @@ def fit_summary(
             trained += f"  (trained; {100 * (test_accuracy - baseline):+.2f} points)"
         lines.append(trained)
     lines.append(f"  epochs: {trainer.current_epoch} ({_stopping(trainer)})")
+    kept = next((c for c in trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
+    last = trainer.current_epoch - 1
+    if kept is not None and kept.restored_epoch not in (None, last):
+        which = "the untrained map" if kept.restored_epoch == -1 else f"epoch {kept.restored_epoch}"
+        lines.append(
+            f"  model: {which}, the best on {kept.monitor} ({kept.best_score:.4f}; "
+            "keep_best); the checkpoint below holds the last epoch"
+        )
     checkpoint = trainer.checkpoint_callback
     if isinstance(checkpoint, ModelCheckpoint) and (
         checkpoint.last_model_path or checkpoint.best_model_path
