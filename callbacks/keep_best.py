@@ -38,6 +38,16 @@ def scores_untrained(datamodule: Any) -> bool:
     return all(hasattr(datamodule, name) for name in ("train_eval_dataloader", "val_dataloader"))
 
 
+def validation_batches(trainer: pl.Trainer, batches: int) -> int:
+    """How many of a validation loader's ``batches`` a validation runs under the
+    Trainer's ``limit_val_batches`` (a count, or a fraction of ``batches``), as Lightning
+    counts them: the untrained map is scored on the rows the epochs are scored on."""
+    limit = trainer.limit_val_batches
+    if isinstance(limit, int):
+        return min(batches, limit)
+    return batches if limit >= 1.0 else int(batches * limit)
+
+
 class KeepBest(MonitorCallback):
     """Copy the module's weights where the monitored value is the best so far (after each
     validation, or each training epoch for a training metric), and load the best copy
@@ -171,14 +181,15 @@ class KeepBest(MonitorCallback):
             return
         datamodule = getattr(trainer, "datamodule", None)
         head = getattr(pl_module, "head", None)
-        if head is None or not scores_untrained(datamodule):
+        if head is None or datamodule is None or not scores_untrained(datamodule):
             raise TypeError(
                 f"{_OWNER}: include_untrained needs a KernelClassifier (or KernelRegressor) "
                 "and a kernel_layers data module with a validation split, got "
                 f"{type(pl_module).__name__} and {type(datamodule).__name__} (or pass "
                 "include_untrained=False)"
             )
-        score, squared_error = untrained_scores(pl_module, head, datamodule, "val")
+        batches = validation_batches(trainer, len(datamodule.val_dataloader()))
+        score, squared_error = untrained_scores(pl_module, head, datamodule, "val", batches)
         tie = squared_error if self.tie_break == SQUARED_ERROR_KEY else None
         self._keep(pl_module, score, -1, tie)
 

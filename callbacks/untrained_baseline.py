@@ -87,7 +87,11 @@ def untrained_score(
 
 @torch.no_grad()
 def untrained_scores(
-    model: pl.LightningModule, head: Any, datamodule: Any, split: str = "test"
+    model: pl.LightningModule,
+    head: Any,
+    datamodule: Any,
+    split: str = "test",
+    max_batches: int | None = None,
 ) -> tuple[float, float | None]:
     """Score on a split of a fresh ridge read-out fitted on ``model``'s current features
     of the training rows: the accuracy for class labels, the ``R^2`` (averaged uniformly
@@ -101,6 +105,8 @@ def untrained_scores(
             penalty) fitted anew, so the model's own head is left as it is.
         datamodule: serves ``train_eval_dataloader()`` and ``<split>_dataloader()``.
         split: ``"test"`` or ``"val"``.
+        max_batches: score the split's first batches only, as many as this (``None``:
+            all), as ``limit_val_batches`` limits validation.
 
     Returns:
         tuple[float, float | None]: the fraction of the split's rows classified
@@ -126,7 +132,9 @@ def untrained_scores(
             x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
             fresh.update(model(x), _targets(model, y, fresh.num_outputs))
         fresh.fit()
-        for batch in getattr(datamodule, f"{split}_dataloader")():
+        for index, batch in enumerate(getattr(datamodule, f"{split}_dataloader")()):
+            if max_batches is not None and index >= max_batches:
+                break
             x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
             scores = fresh(model(x))
             if y.is_floating_point():

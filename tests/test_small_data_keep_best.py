@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from sklearn.datasets import make_classification, make_regression
 
 from kernel_layers import KernelClassifier, KernelRegressor
@@ -154,11 +156,88 @@ def test_the_fit_summary_names_the_epoch_handed_back(
     keep = next(c for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
     assert keep.restored_epoch == keep.best_epoch and keep.best_epoch != 3
     which = "the untrained map" if keep.best_epoch == -1 else f"epoch {keep.best_epoch}"
-    expected = (
-        f"  model: {which}, the best on val/acc ({keep.best_score:.4f}; keep_best); the "
-        "checkpoint below holds the last epoch"
-    )
+    # no checkpoint written: nothing said of one
+    expected = f"  model: {which}, the best on val/acc ({keep.best_score:.4f}; keep_best)"
     assert expected in fit_summary(trainer, None, None)
     # the last epoch handed back: no such line
     _, trainer = _fit(make_trainer, _classes(300), keep_best=None)
     assert not any(line.startswith("  model:") for line in fit_summary(trainer, None, None))
+
+
+def test_the_fit_summary_says_the_last_checkpoint_holds_the_last_epoch(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    from kernel_layers.cli.output import fit_summary
+
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    trainer = make_trainer(max_epochs=4, callbacks=[checkpoint], enable_checkpointing=True)
+    trainer.fit(model, _classes(300))
+    lines = fit_summary(trainer, None, None)
+    model_line = next(line for line in lines if line.startswith("  model:"))
+    assert model_line.endswith("; the checkpoint below holds the last epoch")
+    assert f"  checkpoint: {checkpoint.last_model_path}" in lines
+
+
+def test_one_trainer_fitting_a_second_model_keeps_that_models_own_best(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # the SmallDataKeepBest of the first fit is not a user's KeepBest: the second fit
+    # gets its own, and never the first model's weights
+    L.seed_everything(0)
+    first = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0)
+    second = KernelClassifier(FourierLayer(8, 30, seed=1), num_classes=3, lr=1.0)
+    trainer = make_trainer(max_epochs=3)
+    trainer.fit(first, _classes(300))
+    trainer.fit_loop.max_epochs = 5
+    trainer.fit(second, _classes(300))
+    keepers = [c for c in trainer.callbacks if isinstance(c, KeepBest)]
+    assert len(keepers) == 1 and keepers[0].active
+    assert not _same_weights(first, second)
+
+
+def test_a_checkpoint_of_keep_best_none_is_not_refused_under_auto() -> None:
+    from kernel_layers.training.checkpoint_checks import configuration_differences
+
+    saved = {"keep_best": None, "lr": 0.01}
+    assert configuration_differences(saved, {"keep_best": "auto", "lr": 0.01}, None, None) == []
+    assert configuration_differences(saved, {"keep_best": "auto", "lr": 0.1}, None, None) == [
+        "model.lr: checkpoint 0.01, configuration 0.1"
+    ]
+
+
+def test_auto_resumed_from_a_checkpoint_without_its_state_keeps_the_last_epoch(
+    make_trainer: Callable[..., L.Trainer], tmp_path: Path
+) -> None:
+    # written with keep_best=None: no SmallDataKeepBest state, the epochs before the
+    # checkpoint unscored; the resumed fit keeps the last epoch, as that fit would
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best=None)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    make_trainer(max_epochs=2, callbacks=[checkpoint], enable_checkpointing=True).fit(
+        model, _classes(300)
+    )
+    resumed = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0)
+    trainer = make_trainer(max_epochs=4)
+    trainer.fit(resumed, _classes(300), ckpt_path=checkpoint.last_model_path)
+    keep = next(c for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
+    assert not keep.active and keep.restored_epoch is None
+    last = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1.0, keep_best=None)
+    make_trainer(max_epochs=4).fit(last, _classes(300), ckpt_path=checkpoint.last_model_path)
+    assert _same_weights(resumed, last)
+
+
+def test_the_untrained_map_is_scored_on_the_validation_batches_the_epochs_are(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # 180 validation rows in batches of 100 and 80, limit_val_batches=1: the epochs are
+    # scored on the first 100 rows, and so is the untrained map. With a learning rate of
+    # 1e-30 an epoch leaves the map as it was: the two scores tie.
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, lr=1e-30)
+    keep = KeepBest("val/acc", verbose=False)
+    trainer = make_trainer(callbacks=[keep], max_epochs=1, limit_val_batches=1)
+    trainer.fit(model, _classes(100))
+    assert keep.best_epoch == -1
+    assert keep.best_score == pytest.approx(float(trainer.callback_metrics["val/acc"]), abs=1e-7)

@@ -122,13 +122,14 @@ def fit_summary(
     lines.append(f"  epochs: {trainer.current_epoch} ({_stopping(trainer)})")
     kept = next((c for c in trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
     last = trainer.current_epoch - 1
+    checkpoint = trainer.checkpoint_callback
+    saved_last = isinstance(checkpoint, ModelCheckpoint) and bool(checkpoint.last_model_path)
     if kept is not None and kept.restored_epoch not in (None, last):
         which = "the untrained map" if kept.restored_epoch == -1 else f"epoch {kept.restored_epoch}"
         lines.append(
-            f"  model: {which}, the best on {kept.monitor} ({kept.best_score:.4f}; "
-            "keep_best); the checkpoint below holds the last epoch"
+            f"  model: {which}, the best on {kept.monitor} ({kept.best_score:.4f}; keep_best)"
+            + ("; the checkpoint below holds the last epoch" if saved_last else "")
         )
-    checkpoint = trainer.checkpoint_callback
     if isinstance(checkpoint, ModelCheckpoint) and (
         checkpoint.last_model_path or checkpoint.best_model_path
     ):

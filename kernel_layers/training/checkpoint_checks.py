@@ -23,6 +23,7 @@ from kernel_layers.training.architecture import canonical_spec, is_spec, spec_sh
 
 __all__ = [
     "DATA_SETTINGS",
+    "FIT_ONLY_ARGUMENTS",
     "MODULE_ARGUMENTS",
     "check_classes_fit_state",
     "check_finite_state",
@@ -35,6 +36,9 @@ __all__ = [
 
 #: The model's arguments that hold modules (recorded as specs).
 MODULE_ARGUMENTS = ("kernel_layer", "backbone")
+#: Options that choose which weights ``fit`` hands back, not the model a checkpoint holds
+#: (a checkpoint of ``keep_best=None`` tests the same under ``keep_best="auto"``).
+FIT_ONLY_ARGUMENTS = ("keep_best",)
 #: Data module settings that change the split or the scaling of the rows.
 DATA_SETTINGS = ("seed", "val_fraction", "scaling", "clip")
 
@@ -123,12 +127,14 @@ def configuration_differences(
     datamodule: object,
 ) -> list[str]:
     """Every difference between a checkpoint's model hyper-parameters ``saved`` and the
-    ``configured`` ones (layers as :func:`module_differences` writes them), then between
+    ``configured`` ones (layers as :func:`module_differences` writes them;
+    ``FIT_ONLY_ARGUMENTS`` left out), then between
     its data module hyper-parameters ``saved_data`` and ``datamodule``
     (:func:`data_differences`), each ``key: checkpoint X, configuration Y``."""
+    skipped = (*MODULE_ARGUMENTS, *FIT_ONLY_ARGUMENTS)
     wrong = differences(
-        {k: v for k, v in saved.items() if k not in MODULE_ARGUMENTS},
-        {k: v for k, v in configured.items() if k not in MODULE_ARGUMENTS},
+        {k: v for k, v in saved.items() if k not in skipped},
+        {k: v for k, v in configured.items() if k not in skipped},
         "model",
         "configuration",
     )

@@ -11,7 +11,7 @@ before.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -54,10 +54,19 @@ class SmallDataKeepBest(KeepBest):
         super().__init__(monitor, tie_break=tie_break, verbose=False)
         #: Whether this fit keeps its best epoch (decided when it starts).
         self.active = False
+        self._state_loaded = False
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._state_loaded = True
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.active = keeps_best_here(trainer, pl_module)
+        # A fit resumed from a checkpoint without this callback's state (keep_best=None,
+        # or an older version) has not scored its earlier epochs: it keeps the last.
+        resumed_blind = trainer.ckpt_path is not None and not self._state_loaded
+        self.active = not resumed_blind and keeps_best_here(trainer, pl_module)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -91,7 +100,12 @@ def auto_keep_best(pl_module: KernelModule) -> list[Callback]:
     Trainer holds a user's own :class:`~kernel_layers.callbacks.KeepBest` (Lightning
     would drop it for a module's callback of its class)."""
     theirs = getattr(pl_module._trainer, "callbacks", [])
-    if any(isinstance(callback, KeepBest) for callback in theirs):
+    # a SmallDataKeepBest of an earlier fit is replaced by Lightning, not a user's own
+    if any(
+        type(callback) is not SmallDataKeepBest
+        for callback in theirs
+        if isinstance(callback, KeepBest)
+    ):
         return []
     monitor = pl_module.KEEP_BEST_MONITOR
     return [SmallDataKeepBest(monitor, pl_module.tie_break(monitor))]
