@@ -49,7 +49,9 @@ def _accuracy(model: KernelClassifier, dm: DigitsDataModule) -> float:
 
 
 def _run(layer: torch.nn.Module, dm: DigitsDataModule, train: bool) -> tuple[float, int]:
-    model = KernelClassifier(layer, num_classes=10, lr=LR, head_rho=DEFAULT_HEAD_RHO)
+    model = KernelClassifier(
+        layer, num_classes=10, lr=LR, head_rho=DEFAULT_HEAD_RHO, keep_best=None
+    )  # the last epoch, at every J
     epochs = 0
     if train:
         trainer = _trainer(MAX_EPOCHS)

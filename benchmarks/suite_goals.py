@@ -120,7 +120,7 @@ def _trained_goals(
     ]
     runs = {name: _seed_runs(m, method) for name, m in table.items()}
     seeded = [(name, *_seed_means(r)) for name, r in runs.items() if len(r) > 1]
-    rows = {name: table[name][method].get("test_rows") for name, *_ in seeded}
+    rows = {name: runs[name][0].get("test_rows") for name, *_ in seeded}  # any seed's
     below = [
         f"{n} ({t:.2f} < {u:.2f}, {k} seeds; difference {t - u:+.2f}, standard error {e:.2f})"
         for n, t, u, k, e in seeded

@@ -125,6 +125,24 @@ def test_fit_is_quiet_and_ends_with_a_summary(
     assert (tmp_path / "lightning_logs/quickstart/version_0/config.yaml").is_file()
 
 
+def test_fit_names_the_epoch_keep_best_handed_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    # 3 batches an epoch: keep_best="auto" keeps the best epoch on validation; over 4
+    # epochs of the quick start that is not the last, and the summary (after its test
+    # run) says which, and that last.ckpt holds the last epoch
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", "quickstart", "--trainer.max_epochs=4", *QUIET])
+    lines = capsys.readouterr().out.splitlines()
+    (model,) = [line for line in lines if line.startswith("  model: ")]
+    assert re.fullmatch(
+        r"  model: (epoch [012]|the untrained map), the best on val/acc \(0\.\d{4}; "
+        r"keep_best\); the checkpoint below holds the last epoch",
+        model,
+    ), model
+    assert lines.index(model) == lines.index("  epochs: 4 (max_epochs=4 reached)") + 1
+
+
 def test_enable_checkpointing_false_drops_the_recipes_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

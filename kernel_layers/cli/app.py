@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerFn
 
+from kernel_layers.callbacks.keep_best import KeepBest
 from kernel_layers.cli.config_saver import RunConfigSaver
 from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
 from kernel_layers.cli.recipe_files import (
@@ -353,13 +354,17 @@ class KernelLayersCLI(LightningCLI):
     def after_fit(self) -> None:
         """Test the fitted model (unless ``--test_after_fit false``) and print the summary."""
         accuracy = None
+        # before the test run, whose callbacks replace the fit's KeepBest with a fresh one
+        kept = next((c for c in self.trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
         if self.config.get(self.subcommand, {}).get("test_after_fit", True):
             results = self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
             if results and "test/acc" in results[0]:
                 accuracy = float(results[0]["test/acc"])
         saver = next((c for c in self.trainer.callbacks if isinstance(c, RunConfigSaver)), None)  # type: ignore[attr-defined]
         if self.trainer.is_global_zero:
-            lines = fit_summary(self.trainer, accuracy, saver.saved_path if saver else None)
+            lines = fit_summary(
+                self.trainer, accuracy, saver.saved_path if saver else None, kept=kept
+            )
             print("\n".join(lines), flush=True)
 
 

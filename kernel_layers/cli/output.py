@@ -103,11 +103,15 @@ def _stopping(trainer: pl.Trainer) -> str:
 
 
 def fit_summary(
-    trainer: pl.Trainer, test_accuracy: float | None, config_path: Path | None
+    trainer: pl.Trainer,
+    test_accuracy: float | None,
+    config_path: Path | None,
+    kept: KeepBest | None = None,
 ) -> list[str]:
     """The closing lines of ``fit``: test accuracy (and the untrained map's, with an
     :class:`~kernel_layers.callbacks.UntrainedBaseline`), the epochs run and why they
-    stopped, and where the checkpoint, the configuration and the logs are."""
+    stopped, the epoch ``kept`` handed back (default: the Trainer's ``KeepBest``) when it
+    is not the last, and where the checkpoint, the configuration and the logs are."""
     lines = ["kernel-layers fit: done"]
     baseline = next(
         (c.accuracy for c in trainer.callbacks if type(c).__name__ == "UntrainedBaseline"),  # type: ignore[attr-defined]
@@ -120,7 +124,8 @@ def fit_summary(
             trained += f"  (trained; {100 * (test_accuracy - baseline):+.2f} points)"
         lines.append(trained)
     lines.append(f"  epochs: {trainer.current_epoch} ({_stopping(trainer)})")
-    kept = next((c for c in trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
+    if kept is None:
+        kept = next((c for c in trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
     last = trainer.current_epoch - 1
     checkpoint = trainer.checkpoint_callback
     saved_last = isinstance(checkpoint, ModelCheckpoint) and bool(checkpoint.last_model_path)

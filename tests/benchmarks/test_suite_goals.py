@@ -197,3 +197,22 @@ def test_the_last_epoch_and_the_best_epoch_get_goals_of_their_own() -> None:
     ]
     assert goals[2]["detail"] == "0/1; below: b (71.00 < 72.00)" and goals[2]["held"] is False
     assert goals[4]["detail"] == "1/1" and goals[4]["held"] is True
+
+
+def test_a_data_set_with_other_seeds_but_no_seed_0_has_a_mean_goal() -> None:
+    """b has seeds 1 and 2 of ``di_trained_last`` and no seed-0 record; a has seed 0
+    only. b's mean (71 + 73) / 2 = 72 against (72 + 74) / 2 = 73 is below."""
+    records = [
+        *_records(),
+        _record("a/di_trained_last", 91.0, 3.0, untrained_acc=85.0),
+        _record("b/di_trained_last@seed1", 71.0, 3.0, untrained_acc=72.0, test_rows=100),
+        _record("b/di_trained_last@seed2", 73.0, 3.0, untrained_acc=74.0, test_rows=100),
+    ]
+    goals = suite_goals.goals(records)
+    mean_goal = next(
+        g
+        for g in goals
+        if g["goal"].startswith("DI-trained, last epoch, >= ") and "mean" in g["goal"]
+    )
+    assert mean_goal["held"] is False
+    assert mean_goal["detail"].startswith("0/1; below: b (72.00 < 73.00, 2 seeds")
