@@ -40,11 +40,13 @@ def scores_untrained(datamodule: Any) -> bool:
 
 def validation_batches(trainer: pl.Trainer, batches: int) -> int:
     """How many of a validation loader's ``batches`` a validation runs under the
-    Trainer's ``limit_val_batches`` (a count, or a fraction of ``batches``), as Lightning
-    counts them: the untrained map is scored on the rows the epochs are scored on."""
+    Trainer's ``limit_val_batches`` (a count per process, or a fraction of ``batches``),
+    as Lightning counts them, every process's together: the untrained map is scored on
+    as many rows as the epochs are (under several processes the epochs' rows are the
+    processes' interleaved shards, so they differ a little)."""
     limit = trainer.limit_val_batches
     if isinstance(limit, int):
-        return min(batches, limit)
+        return min(batches, limit * trainer.world_size)
     return batches if limit >= 1.0 else int(batches * limit)
 
 

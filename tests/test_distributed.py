@@ -226,3 +226,11 @@ def test_a_short_last_batch_of_unequal_shards_is_judged_by_the_global_batch(
     (the other then failed on a closed connection)."""
     _run_script("ddp_short_batch_script.py", tmp_path / "steps")
     assert [int((tmp_path / f"steps.{rank}").read_text()) for rank in range(WORLD)] == [4, 4]
+
+
+def test_ddp_with_one_device_trains_on_the_data_modules_seeded_loader(tmp_path: Path) -> None:
+    """Lightning puts a DistributedSampler in place of a sampler that is not one under any
+    distributed strategy, one device included; the training loader failed on it (an
+    assert). 270 training rows in batches of 45: 6 steps an epoch."""
+    _run_script("ddp_one_process_script.py", tmp_path / "steps")
+    assert int((tmp_path / "steps.0").read_text()) == 12

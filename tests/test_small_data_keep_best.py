@@ -241,3 +241,18 @@ def test_the_untrained_map_is_scored_on_the_validation_batches_the_epochs_are(
     trainer.fit(model, _classes(100))
     assert keep.best_epoch == -1
     assert keep.best_score == pytest.approx(float(trainer.callback_metrics["val/acc"]), abs=1e-7)
+
+
+def test_validation_batches_count_every_process_and_the_fraction() -> None:
+    from types import SimpleNamespace
+
+    from kernel_layers.callbacks.keep_best import validation_batches
+
+    def trainer(limit: float, world: int = 1) -> Any:
+        return SimpleNamespace(limit_val_batches=limit, world_size=world)
+
+    assert validation_batches(trainer(1.0), 4) == 4
+    assert validation_batches(trainer(1), 4) == 1
+    assert validation_batches(trainer(1, world=2), 4) == 2  # one batch on each process
+    assert validation_batches(trainer(3, world=2), 4) == 4
+    assert validation_batches(trainer(0.5), 4) == 2

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.strategies import ParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
@@ -376,6 +377,7 @@ class ArrayDataModule(PredictSource, LightningDataModule):
             shuffle=self.shuffle,
             drop_last=self.drop_last,
             world_size=world_size,
+            distributed=isinstance(getattr(trainer, "strategy", None), ParallelStrategy),
             rank=0 if trainer is None else trainer.global_rank,
         )
 

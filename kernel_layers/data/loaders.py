@@ -70,6 +70,7 @@ def make_loader(
     shuffle: bool,
     drop_last: bool,
     world_size: int = 1,
+    distributed: bool = False,
     rank: int = 0,
 ) -> DataLoader:
     """A loader of ``dataset`` (a :class:`BatchedTensorDataset`).
@@ -85,6 +86,9 @@ def make_loader(
         shuffle: shuffle training batches.
         drop_last: drop the incomplete last training batch.
         world_size: processes of a distributed trainer (``1``: a single process).
+        distributed: the trainer's strategy is a distributed one (``strategy="ddp"``
+            with one device included), where Lightning puts a ``DistributedSampler`` in
+            place of any sampler that is not one.
         rank: this process's global rank.
 
     Returns:
@@ -103,7 +107,7 @@ def make_loader(
         "persistent_workers": num_workers > 0,
         "collate_fn": collate_batched,
     }
-    if train and world_size > 1:
+    if train and (world_size > 1 or distributed):
         # Lightning's own distributed sampler would always shuffle (shuffle=False lost).
         sampler = ResumableDistributedSampler(
             dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed
