@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import lightning as L
+from ddp_common import quiet_ddp_trainer
 from sklearn.datasets import make_classification
 
 from kernel_layers import FourierLayer, KernelClassifier
@@ -22,16 +22,7 @@ def main() -> None:
         n_samples=400, n_features=6, n_informative=4, n_classes=3, random_state=0
     )
     dm = TensorDataModule(x[:300], y[:300], x[300:], y[300:], batch_size=45)
-    trainer = L.Trainer(
-        strategy="ddp",
-        accelerator="cpu",
-        devices=1,
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_ddp_trainer(devices=1, max_epochs=2)
     trainer.fit(KernelClassifier(FourierLayer(6, 20, seed=0), num_classes=3), dm)
     Path(f"{out}.{trainer.global_rank}").write_text(str(trainer.global_step))
 

@@ -28,9 +28,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerFn
 
-from kernel_layers.callbacks.keep_best import KeepBest
 from kernel_layers.cli.config_saver import RunConfigSaver
-from kernel_layers.cli.output import CLI_LOGGER, EpochLine, configure_output, fit_summary
+from kernel_layers.cli.output import (
+    CLI_LOGGER,
+    EpochLine,
+    configure_output,
+    fit_keep_best,
+    fit_summary,
+)
 from kernel_layers.cli.recipe_files import (
     COMMAND_OPTIONS,
     check_command_options,
@@ -355,7 +360,7 @@ class KernelLayersCLI(LightningCLI):
         """Test the fitted model (unless ``--test_after_fit false``) and print the summary."""
         accuracy = None
         # before the test run, whose callbacks replace the fit's KeepBest with a fresh one
-        kept = next((c for c in self.trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
+        kept = fit_keep_best(self.trainer)
         if self.config.get(self.subcommand, {}).get("test_after_fit", True):
             results = self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
             if results and "test/acc" in results[0]:

@@ -23,6 +23,7 @@ __all__ = [
     "EpochLine",
     "LineHandler",
     "configure_output",
+    "fit_keep_best",
     "fit_summary",
 ]
 
@@ -102,6 +103,11 @@ def _stopping(trainer: pl.Trainer) -> str:
     return f"max_epochs={trainer.max_epochs} reached" if trainer.max_epochs else "ended"
 
 
+def fit_keep_best(trainer: pl.Trainer) -> KeepBest | None:
+    """The Trainer's :class:`~kernel_layers.callbacks.KeepBest` (``keep_best``), if any."""
+    return next((c for c in trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
+
+
 def fit_summary(
     trainer: pl.Trainer,
     test_accuracy: float | None,
@@ -125,7 +131,7 @@ def fit_summary(
         lines.append(trained)
     lines.append(f"  epochs: {trainer.current_epoch} ({_stopping(trainer)})")
     if kept is None:
-        kept = next((c for c in trainer.callbacks if isinstance(c, KeepBest)), None)  # type: ignore[attr-defined]
+        kept = fit_keep_best(trainer)
     last = trainer.current_epoch - 1
     checkpoint = trainer.checkpoint_callback
     saved_last = isinstance(checkpoint, ModelCheckpoint) and bool(checkpoint.last_model_path)

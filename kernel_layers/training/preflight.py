@@ -18,6 +18,7 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
 from kernel_layers.training.checkpoint_io import AtomicCheckpointIO
 from kernel_layers.training.optimizer import LR_SCHEDULES
+from kernel_layers.training.small_data import AUTO
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -38,7 +39,7 @@ __all__ = [
 #: ``KernelClassifier(keep_best=...)``: ``"auto"`` (the best on ``val/acc`` on small data
 #: only, :mod:`~kernel_layers.training.small_data`) or the validation metric whose best
 #: epoch is kept.
-KEEP_BEST = ("auto", "val/acc", "val/di")
+KEEP_BEST = (AUTO, "val/acc", "val/di")
 
 
 def check_state_shapes(owner: str, own: Mapping[str, Any], state_dict: Mapping[str, Any]) -> None:

@@ -33,7 +33,7 @@ __all__ = ["KEEP_BEST", "KernelRegressor"]
 
 #: ``KernelRegressor(keep_best=...)``: ``"auto"`` (the best on ``val/r2`` on small data
 #: only) or the validation metric whose best epoch is kept.
-KEEP_BEST = ("auto", "val/r2")
+KEEP_BEST = (AUTO, "val/r2")
 
 
 class _RowCountedR2(R2Score):
