@@ -55,6 +55,33 @@ def test_heuristic_is_sklearn_scale_rule(digits: tuple[np.ndarray, np.ndarray]) 
     assert gamma_heuristic(raw) == pytest.approx(want / 256, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("kernel", "power"), [("gaussian", 2), ("cauchy", 2), ("laplacian", 1), ("chi2", 1)]
+)
+def test_heuristic_in_the_unit_of_the_kernels_gamma(
+    digits: tuple[np.ndarray, np.ndarray], kernel: str, power: int
+) -> None:
+    x, _ = digits
+    # float64 reference: 1 / (D * Var ** (power / 2)); rows 1000 times larger give a
+    # gamma 1000 ** power times smaller, so that gamma * distance is the same
+    want = 1.0 / (x.shape[1] * x.var() ** (power / 2))
+    assert gamma_heuristic(x, kernel) == pytest.approx(want, rel=1e-12)
+    assert gamma_heuristic(x * 1e3, kernel) == pytest.approx(want / 1e3**power, rel=1e-12)
+
+
+def test_heuristic_of_a_skewed_kernel_reads_its_log_inputs(
+    digits: tuple[np.ndarray, np.ndarray],
+) -> None:
+    x, _ = digits
+    logs = np.log(x + 1.0)  # the skewed kernels' default shift c = 1
+    want = 1.0 / (x.shape[1] * logs.std())
+    assert gamma_heuristic(x, "skewed_chi2") == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ValueError, match=r"gamma_heuristic: argument 'x' must have all entries"):
+        gamma_heuristic(x - 2.0, "skewed_chi2")
+    with pytest.raises(ValueError, match=r"gamma_heuristic: .*'kernel'.*'rbf'"):
+        gamma_heuristic(x, "rbf")
+
+
 def test_default_grid_is_centred_on_heuristic(digits: tuple[np.ndarray, np.ndarray]) -> None:
     x, _ = digits
     grid = default_gammas(x)

@@ -94,6 +94,13 @@ class Kernel:
             that domain (where a :class:`~kernel_layers.NystromLayer` evaluates trained
             landmarks that stepped out of it), or ``None`` (no domain, or none known:
             such a kernel's landmarks cannot be trained).
+        gamma_power: how ``gamma`` follows the unit of the (transformed) inputs: ``2``
+            where it multiplies squared distances or inner products (its unit is the
+            inputs' to the power ``-2``), ``1`` where it multiplies distances. The default
+            ``gamma`` of the scikit-learn estimators
+            (:func:`~kernel_layers.selection.heuristic.gamma_heuristic`) divides by the
+            inputs' variance to the power ``gamma_power / 2``, so that inputs in any unit
+            give the same map.
     """
 
     name: str
@@ -104,10 +111,15 @@ class Kernel:
     transform: Callable[..., Tensor] | None = None
     check_input: Callable[..., None] | None = None
     project_input: Callable[..., Tensor] | None = None
+    gamma_power: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"Kernel: argument 'name' must be a non-empty str, got {self.name!r}")
+        if self.gamma_power not in (1, 2) or isinstance(self.gamma_power, bool):
+            raise ValueError(
+                f"Kernel: argument 'gamma_power' must be 1 or 2, got {self.gamma_power!r}"
+            )
         if not callable(self.matrix):
             raise TypeError(
                 f"Kernel: argument 'matrix' must be callable, got {type(self.matrix).__name__}"
@@ -353,7 +365,11 @@ register_kernel(
 )
 register_kernel(
     Kernel(
-        "laplacian", laplacian_kernel, quantile=spectral.cauchy_quantile, scale=spectral.same_gamma
+        "laplacian",
+        laplacian_kernel,
+        quantile=spectral.cauchy_quantile,
+        scale=spectral.same_gamma,
+        gamma_power=1,
     )
 )
 register_kernel(
@@ -369,6 +385,7 @@ register_kernel(
         transform=shifted_log,
         check_input=check_above_shift,
         project_input=project_above_shift,
+        gamma_power=1,
     )
 )
 register_kernel(
@@ -381,6 +398,7 @@ register_kernel(
         transform=shifted_log,
         check_input=check_above_shift,
         project_input=project_above_shift,
+        gamma_power=1,
     )
 )
 register_kernel(
@@ -400,5 +418,6 @@ register_kernel(
         chi2_kernel,
         check_input=check_nonnegative_input,
         project_input=project_nonnegative,
+        gamma_power=1,
     )
 )

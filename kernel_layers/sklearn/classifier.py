@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers._validation import check_choice, check_positive
 from kernel_layers.sklearn.features import DIFeatures, check_params
+from kernel_layers.sklearn.inputs import map_rows
 from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge
 from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
@@ -95,7 +96,7 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
                 f"{owner}: y must hold at least 2 classes, got 1 class (the label {y[0]!r})"
             )
         params = {k: v for k, v in self.get_params().items() if k not in ("C", "readout")}
-        self.features_ = DIFeatures(**params)._fit(X, y, owner)
+        self.features_ = DIFeatures(**params)._fit(X, y, owner, y_checked=True)
         self.classes_ = self.features_.classes_
         features = self.features_.transform(X)
         codes = np.searchsorted(self.classes_, y)
@@ -110,7 +111,7 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
     def _features(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "readout_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.features_.transform(X)
+        return map_rows(type(self).__name__, self.features_.layer_, X)
 
     def _scores(self, X: Any) -> np.ndarray:
         features = self._features(X)

@@ -28,8 +28,8 @@ from kernel_layers.kernels.registry import get_kernel
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
-from kernel_layers.selection.gamma import gamma_heuristic
 from kernel_layers.selection.rho import rho_for_epoch, rho_from_penalty
+from kernel_layers.sklearn.inputs import check_rows, default_gamma, map_rows
 from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, scale_of
 from kernel_layers.sklearn.training import (
     DEFAULT_BATCH,
@@ -222,14 +222,16 @@ def learn_map(
     owner = owner or type(estimator).__name__
     seed = int(as_random_state(owner, estimator.random_state).randint(2**31 - 1))
     x = torch.tensor(X, dtype=torch.float64, device=device)  # a copy: X may be read-only
-    gamma = estimator.gamma if estimator.gamma is not None else _safe_gamma(X)
+    check_rows(owner, estimator.kernel, x)
+    gamma = estimator.gamma if estimator.gamma is not None else default_gamma(X, estimator.kernel)
     fraction = estimator.validation_fraction if trains else None
     labels = targets if num_classes is not None else None
     fit, held = split_rows(len(x), fraction, seed, labels)
     width = estimator.n_components or default_components(len(x))
     batch = 0  # the untrained map: as many landmarks as rows at most (as Nystroem)
     if trains:  # a batch from the rows trained on, and J below it
-        width, batch = train_sizes(owner, estimator.batch_size, len(fit), width)
+        given = estimator.n_components is not None  # a J the user chose: say it is lowered
+        width, batch = train_sizes(owner, estimator.batch_size, len(fit), width, warn=given)
     layer = build_map(estimator.map, estimator.kernel, gamma, x[fit], width, seed).to(device)
     result = TrainResult()
     rho = estimator.rho
@@ -276,11 +278,15 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             ``min(400, rows // 3)``. DI needs batches well
             above ``J``: where the training rows cap the batch below ``2 J`` (below
             ``J + 1`` with an explicit ``batch_size``), ``fit`` lowers ``J`` to half the
-            batch and warns with both values (``n_components_``, ``batch_size_``).
+            batch (``n_components_``, ``batch_size_``), and warns with both values
+            when ``n_components`` was set.
         map: ``"nystrom"`` (learnable landmarks) or ``"fourier"`` (learnable random
             Fourier frequencies and phases).
         kernel: a kernel name of :func:`kernel_layers.available_kernels`.
-        gamma: kernel parameter; ``None`` uses ``1 / (n_features * X.var())``.
+        gamma: kernel parameter; ``None`` uses ``1 / (n_features * X.var())``, or
+            ``1 / (n_features * X.std())`` for the kernels whose ``gamma`` multiplies
+            distances (``"laplacian"``, ``"chi2"``; the skewed kernels take the
+            statistic of ``log(X + c)``): ``X`` in any unit gives the same kernel.
         max_epochs: at most this many passes of Adam over the training data (``0``: the
             untrained map); the DI paper's rule (see the module) usually stops earlier.
         batch_size: rows per DI step, larger than ``n_components``; ``None``:
@@ -365,11 +371,14 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """
         return self._fit(X, y, type(self).__name__)
 
-    def _fit(self, X: Any, y: Any, owner: str) -> DIFeatures:
-        """:meth:`fit`, its messages naming ``owner`` (``DIClassifier`` fits one inside)."""
+    def _fit(self, X: Any, y: Any, owner: str, *, y_checked: bool = False) -> DIFeatures:
+        """:meth:`fit`, its messages naming ``owner`` (``DIClassifier`` fits one inside,
+        ``y_checked``: its labels already passed ``check_classification_targets``, whose
+        warnings are not given twice)."""
         device = check_params(self)
         X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
+        if not y_checked:
+            check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
         codes = encoder.transform(y)
@@ -381,10 +390,7 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """The learned features ``[n_samples, n_components_]`` (float64)."""
         check_is_fitted(self, "layer_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        device = next(self.layer_.parameters()).device
-        with torch.no_grad():
-            features = self.layer_(torch.tensor(X, dtype=torch.float64, device=device))
-        return features.cpu().numpy()
+        return map_rows(type(self).__name__, self.layer_, X)
 
     @property
     def _n_features_out(self) -> int:
@@ -395,11 +401,3 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         tags = super().__sklearn_tags__()
         tags.target_tags.required = True  # supervised: fit needs y
         return tags
-
-
-def _safe_gamma(X: np.ndarray) -> float:
-    """The variance heuristic, or 1 for constant data (which it refuses)."""
-    try:
-        return gamma_heuristic(X)
-    except ValueError:
-        return 1.0

@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.sklearn.features import check_params, learn_map
+from kernel_layers.sklearn.inputs import map_rows
 from kernel_layers.sklearn.readout import (
     LooRidge,
     fit_loo_ridge_targets,
@@ -168,8 +169,7 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         """Predictions ``[n_samples]`` (``[n_samples, n_targets]`` for a 2-D ``y``)."""
         check_is_fitted(self, "readout_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        device = next(self.layer_.parameters()).device
-        features = self._features(torch.tensor(X, dtype=torch.float64, device=device))
+        features = map_rows(type(self).__name__, self.layer_, X)
         prediction = self.readout_.scores(features) * self.target_scale_ + self.target_mean_
         return prediction[:, 0] if self._one_target else prediction
 

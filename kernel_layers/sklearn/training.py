@@ -102,13 +102,15 @@ def default_components(rows: int) -> int:
     return max(1, min(DEFAULT_COMPONENTS, rows // 3))
 
 
-def train_sizes(owner: str, requested: int | None, rows: int, width: int | None) -> tuple[int, int]:
+def train_sizes(
+    owner: str, requested: int | None, rows: int, width: int | None, *, warn: bool = True
+) -> tuple[int, int]:
     """``(J, batch)`` that DI trains with on ``rows`` rows.
 
     ``J`` is ``width`` (``None``: :func:`default_components`); the batch is ``requested``
     (``None``: ``max(1000, 2 J)``) capped at the rows. Where that cap leaves a batch not
     larger than ``J`` (or, by default, below ``2 J``), ``J`` is lowered to half the batch,
-    with a warning naming both values.
+    with a warning naming both values if ``warn`` (a ``J`` the user set).
     """
     # int(): a NumPy integer (a grid search's value) stays one through the arithmetic
     width = default_components(rows) if width is None else int(width)
@@ -118,6 +120,8 @@ def train_sizes(owner: str, requested: int | None, rows: int, width: int | None)
     if enough:
         return width, batch
     chosen = max(1, batch // 2)
+    if not warn:
+        return chosen, batch
     warnings.warn(
         f"{owner}: n_components={width} with a batch of {batch} rows: DI saturates when "
         f"the batch is not well above n_components ({rows} training rows); "
