@@ -104,6 +104,9 @@ class DISaturationStopping(MonitorCallback):
     Args:
         monitor: key of ``trainer.callback_metrics`` to watch (an epoch-level value).
         mode: ``"max"`` if higher is better (DI), ``"min"`` if lower is better (a loss).
+            ``None`` (default): read from ``monitor``, ``"max"`` for the library's DI,
+            accuracy and ``R^2``, ``"min"`` for its losses and squared errors; any
+            other metric needs ``mode``.
         patience: non-improving post-decay epochs that stop training, ``>= 1``.
         threshold: improvement margin (``min_delta``), ``>= 0``.
         threshold_mode: ``"rel"`` (margin ``threshold * |best|``) or ``"abs"`` (``threshold``).
@@ -135,7 +138,7 @@ class DISaturationStopping(MonitorCallback):
     def __init__(
         self,
         monitor: str = "train/di_epoch",
-        mode: str = "max",
+        mode: str | None = None,
         patience: int = 1,
         threshold: float = 1e-4,
         threshold_mode: str = "rel",

@@ -96,6 +96,9 @@ class KeepBest(MonitorCallback):
     Args:
         monitor: key of ``trainer.callback_metrics`` to watch (an epoch-level value).
         mode: ``"max"`` if higher is better (accuracy, DI), ``"min"`` if lower is (a loss).
+            ``None`` (default): read from ``monitor``, ``"max"`` for the library's DI,
+            accuracy and ``R^2``, ``"min"`` for its losses and squared errors; any
+            other metric needs ``mode``.
         threshold: improvement margin, ``>= 0``.
         threshold_mode: ``"rel"`` or ``"abs"``.
         strict: raise if ``monitor`` is missing where it is read; if ``False``, warn and
@@ -123,7 +126,7 @@ class KeepBest(MonitorCallback):
     def __init__(
         self,
         monitor: str = "val/acc",
-        mode: str = "max",
+        mode: str | None = None,
         threshold: float = 0.0,
         threshold_mode: str = "abs",
         strict: bool = True,

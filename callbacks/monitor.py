@@ -35,6 +35,7 @@ __all__ = [
     "is_improvement",
     "log_on_rank_zero",
     "missing_monitor_message",
+    "monitor_mode",
     "read_monitor",
     "should_skip",
 ]
@@ -44,6 +45,12 @@ MODES: tuple[str, ...] = ("min", "max")
 
 THRESHOLD_MODES: tuple[str, ...] = ("rel", "abs")
 """Allowed values of ``threshold_mode``: relative or absolute improvement margin."""
+
+#: The metrics the library logs whose higher values are better, and those whose lower
+#: values are, by the last part of their key without ``_epoch`` / ``_step``
+#: (``train/di_epoch``: ``di``): what ``mode=None`` reads.
+HIGHER_IS_BETTER: tuple[str, ...] = ("di", "acc", "r2")
+LOWER_IS_BETTER: tuple[str, ...] = ("loss", "mse", "rmse", "kernel_error", "kernel_error_spectral")
 
 #: Where a callback reads its monitored value by default (for messages).
 EPOCH_END = "the end of the training epoch"
@@ -156,6 +163,29 @@ def log_on_rank_zero(message: str) -> None:
     log.info(message)
 
 
+def monitor_mode(owner: str, monitor: str, mode: str | None) -> str:
+    """``mode`` checked, or for ``None`` the direction of the library's metric ``monitor``:
+    ``"max"`` for DI, accuracy and ``R^2``, ``"min"`` for a loss, a squared error or a
+    kernel error (:data:`HIGHER_IS_BETTER`, :data:`LOWER_IS_BETTER`).
+
+    Raises:
+        ValueError: ``mode`` is not ``"max"``, ``"min"`` or ``None``, or it is ``None``
+            for a metric whose direction is not known.
+    """
+    if mode is not None:
+        return check_choice(owner, "mode", mode, MODES)
+    name = monitor.rsplit("/", 1)[-1].removesuffix("_epoch").removesuffix("_step")
+    if name in HIGHER_IS_BETTER:
+        return "max"
+    if name in LOWER_IS_BETTER:
+        return "min"
+    raise ValueError(
+        f"{owner}: argument 'mode' must be 'max' (higher is better) or 'min' for monitor "
+        f"{monitor!r}, whose direction is known only for the library's metrics ending in "
+        f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}; got None"
+    )
+
+
 class MonitorCallback(Callback):
     """A callback that watches one epoch-level metric of ``trainer.callback_metrics``.
 
@@ -164,7 +194,9 @@ class MonitorCallback(Callback):
 
     Args:
         monitor: key of ``trainer.callback_metrics`` to watch (an epoch-level value).
-        mode: ``"max"`` if higher is better (DI), ``"min"`` if lower is better (a loss).
+        mode: ``"max"`` if higher is better (DI), ``"min"`` if lower is better (a loss);
+            ``None``: the direction of the library's metric ``monitor``
+            (:func:`monitor_mode`).
         threshold: improvement margin, ``>= 0``.
         threshold_mode: ``"rel"`` (margin ``threshold * |best|``) or ``"abs"`` (``threshold``).
         strict: raise if ``monitor`` is missing from ``trainer.callback_metrics``; if ``False``,
@@ -179,7 +211,7 @@ class MonitorCallback(Callback):
         self,
         *,
         monitor: str,
-        mode: str,
+        mode: str | None,
         threshold: float,
         threshold_mode: str,
         strict: bool,
@@ -187,7 +219,7 @@ class MonitorCallback(Callback):
         super().__init__()
         owner = self._owner
         self.monitor = check_monitor(owner, monitor)
-        self.mode = check_choice(owner, "mode", mode, MODES)
+        self.mode = monitor_mode(owner, self.monitor, mode)
         self.threshold = check_nonnegative(owner, "threshold", threshold)
         self.threshold_mode = check_choice(owner, "threshold_mode", threshold_mode, THRESHOLD_MODES)
         self.strict = check_bool(owner, "strict", strict)

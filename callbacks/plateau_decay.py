@@ -84,6 +84,9 @@ class PlateauDecay(MonitorCallback):
     Args:
         monitor: key of ``trainer.callback_metrics`` to watch (an epoch-level value).
         mode: ``"max"`` if higher is better (DI), ``"min"`` if lower is better (a loss).
+            ``None`` (default): read from ``monitor``, ``"max"`` for the library's DI,
+            accuracy and ``R^2``, ``"min"`` for its losses and squared errors; any
+            other metric needs ``mode``.
         factor: multiplier applied to the lr at each decay, in ``(0, 1)``.
         patience: number of consecutive non-improving epochs that triggers a decay, ``>= 1``.
         threshold: improvement margin, ``>= 0``.
@@ -116,7 +119,7 @@ class PlateauDecay(MonitorCallback):
     def __init__(
         self,
         monitor: str = "train/di_epoch",
-        mode: str = "max",
+        mode: str | None = None,
         factor: float = 0.1,
         patience: int = 5,
         threshold: float = 1e-4,

@@ -14,7 +14,6 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.regression import R2Score
 from typing_extensions import override
 
-from kernel_layers._tensor_checks import check_float_targets
 from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
 from kernel_layers.training.batch_checks import batch_parts
 from kernel_layers.training.heads import one_hot_targets
@@ -130,7 +129,7 @@ def untrained_scores(
     with eval_mode(model):
         for batch in datamodule.train_eval_dataloader():
             x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
-            fresh.update(model(x), _targets(model, y, fresh.num_outputs))
+            fresh.update(model(x), _targets(model, y))
         fresh.fit()
         for index, batch in enumerate(getattr(datamodule, f"{split}_dataloader")()):
             if max_batches is not None and index >= max_batches:
@@ -138,7 +137,7 @@ def untrained_scores(
             x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
             scores = fresh(model(x))
             if y.is_floating_point():
-                target = _targets(model, y, fresh.num_outputs)
+                target = _targets(model, y)
                 if fresh.num_outputs == 1:  # R2Score takes one target as a vector
                     scores, target = scores[:, 0], target[:, 0]
                 r2.update(scores, target)
@@ -164,9 +163,8 @@ def untrained_scores(
     return float(accuracy.compute()), float(squared_error.compute())
 
 
-def _targets(model: pl.LightningModule, y: Tensor, outputs: int) -> Tensor:
-    """Float targets checked as the regressor checks them (``Tensor[B, L]``); class
-    labels as they are."""
-    if not y.is_floating_point():
-        return y
-    return check_float_targets(type(model).__name__, "y", y, outputs)
+def _targets(model: pl.LightningModule, y: Tensor) -> Tensor:
+    """``y`` checked as ``model`` checks its targets: class labels ``Tensor[B]`` of a
+    classifier, float targets ``Tensor[B, L]`` of a regressor."""
+    check = getattr(model, "check_targets", None)
+    return y if check is None else check(y)

@@ -20,7 +20,12 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from torch.utils.data import DataLoader, TensorDataset
 
-from kernel_layers.callbacks import DISaturationReason, DISaturationStopping, PlateauDecay
+from kernel_layers.callbacks import (
+    DISaturationReason,
+    DISaturationStopping,
+    KeepBest,
+    PlateauDecay,
+)
 from kernel_layers.callbacks.monitor import (
     LOGGER_NAME,
     MonitorCallback,
@@ -38,13 +43,14 @@ NAN = math.nan
 
 
 class ScriptedModule(L.LightningModule):
-    """Logs ``script[current_epoch]`` as ``train/di``; records the lr of every epoch.
+    """Logs ``script[current_epoch]`` as ``key``; records the lr of every epoch.
 
     Args:
         script: value logged at each epoch (the last one repeats).
         lrs: initial lr of each param group of the SGD optimizer.
         step_size: if given, a ``StepLR(step_size, gamma=0.1)`` epoch scheduler is attached.
         scheduler: ``"lambda"`` attaches a ``LambdaLR`` (for the warning test).
+        key: the key logged (``train/di`` by default).
     """
 
     def __init__(
@@ -53,9 +59,11 @@ class ScriptedModule(L.LightningModule):
         lrs: Sequence[float] = (1.0,),
         step_size: int | None = None,
         scheduler: str | None = None,
+        key: str = "train/di",
     ) -> None:
         super().__init__()
         self.script = list(script)
+        self.key = key
         self.weights = torch.nn.ParameterList(torch.nn.Parameter(torch.zeros(1)) for _ in lrs)
         self.init_lrs = list(lrs)
         self.step_size = step_size
@@ -66,7 +74,7 @@ class ScriptedModule(L.LightningModule):
         epoch = self.current_epoch
         value = self.script[min(epoch, len(self.script) - 1)]
         logged = torch.tensor(float(value), device=self.device)  # on the training device
-        self.log("train/di", logged, on_step=True, on_epoch=True)
+        self.log(self.key, logged, on_step=True, on_epoch=True)
         if batch_idx == 0:
             self.epoch_lrs[epoch] = [
                 float(g["lr"]) for g in self.trainer.optimizers[0].param_groups
@@ -162,6 +170,48 @@ def test_plateau_decay_patience_one_and_mode_min(make_trainer: Callable[..., L.T
     _, module = fit(make_trainer, script, [cb], max_epochs=6)
     assert cb.decay_epochs == [2, 4, 5]
     assert module.epoch_lrs[5][0] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("make", [PlateauDecay, DISaturationStopping, KeepBest])
+@pytest.mark.parametrize(
+    ("monitor", "mode"),
+    [
+        ("train/di_epoch", "max"),
+        ("val/acc", "max"),
+        ("val/r2", "max"),
+        ("train/loss_epoch", "min"),
+        ("val/mse", "min"),
+        ("val/kernel_error", "min"),
+    ],
+)
+def test_mode_none_reads_the_direction_of_the_librarys_metric(
+    make: Callable[..., MonitorCallback], monitor: str, mode: str
+) -> None:
+    assert make(monitor=monitor).mode == mode
+    flipped = "min" if mode == "max" else "max"
+    assert make(monitor=monitor, mode=flipped).mode == flipped  # a given mode is kept
+
+
+@pytest.mark.parametrize("make", [PlateauDecay, DISaturationStopping, KeepBest])
+def test_mode_none_with_a_metric_of_unknown_direction_is_refused(
+    make: Callable[..., MonitorCallback],
+) -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'mode' must be 'max' \(higher is better\) or 'min' for monitor "
+        r"'val/f1', whose direction is known only for .*acc.*loss.*; got None",
+    ):
+        make(monitor="val/f1")
+
+
+def test_a_falling_loss_is_an_improvement_by_default(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    script = [5.0, 4.0, 3.0, 2.0, 1.0, 0.5]  # a loss that falls every epoch
+    decay = PlateauDecay(monitor="train/loss_epoch", patience=2)
+    stop = DISaturationStopping(monitor="train/loss_epoch")
+    _, module = fit(make_trainer, script, [decay, stop], max_epochs=6, key="train/loss")
+    assert decay.decay_epochs == [] and epochs_run(module) == list(range(6))
 
 
 def test_plateau_decay_threshold_abs(make_trainer: Callable[..., L.Trainer]) -> None:
@@ -475,7 +525,10 @@ def test_state_keys_depend_on_monitor_and_mode() -> None:
     assert DISaturationStopping(monitor="a", mode="min").state_key == (
         "DISaturationStopping{'monitor': 'a', 'mode': 'min'}"
     )
-    assert PlateauDecay(monitor="a").state_key != PlateauDecay(monitor="b").state_key
+    assert (
+        PlateauDecay(monitor="a", mode="max").state_key
+        != PlateauDecay(monitor="b", mode="max").state_key
+    )
 
 
 # --------------------------------------------------------------------------- skipping, errors
@@ -486,16 +539,16 @@ def test_missing_monitor_raises_or_warns(
     make_trainer: Callable[..., L.Trainer], cls: type[Callback]
 ) -> None:
     with pytest.raises(RuntimeError, match=r"'nope' is not in .*'train/di_epoch'"):
-        fit(make_trainer, [1.0], [cls(monitor="nope")], max_epochs=1)
+        fit(make_trainer, [1.0], [cls(monitor="nope", mode="max")], max_epochs=1)
     with pytest.warns(RuntimeWarning, match=f"{cls.__name__}: monitored metric 'nope'"):
-        fit(make_trainer, [1.0], [cls(monitor="nope", strict=False)], max_epochs=1)
+        fit(make_trainer, [1.0], [cls(monitor="nope", mode="max", strict=False)], max_epochs=1)
 
 
 @pytest.mark.parametrize("cls", [PlateauDecay, DISaturationStopping])
 def test_skips_sanity_check_and_non_fit(
     make_trainer: Callable[..., L.Trainer], cls: type[Callback]
 ) -> None:
-    cb = cls(monitor="nope")
+    cb = cls(monitor="nope", mode="max")
     module = ScriptedModule([1.0])
     trainer = make_trainer([cb], max_epochs=1)
     trainer.state.fn = TrainerFn.FITTING
@@ -513,7 +566,10 @@ def test_skips_sanity_check_and_non_fit(
 
 
 def test_fast_dev_run_is_skipped(make_trainer: Callable[..., L.Trainer]) -> None:
-    cbs: list[Callback] = [PlateauDecay(monitor="nope"), DISaturationStopping(monitor="nope")]
+    cbs: list[Callback] = [
+        PlateauDecay(monitor="nope", mode="max"),
+        DISaturationStopping(monitor="nope", mode="max"),
+    ]
     module = ScriptedModule([1.0])
     make_trainer(cbs, max_epochs=1, fast_dev_run=True).fit(module)
     assert cbs[0].decay_epochs == []
@@ -655,9 +711,9 @@ def test_a_validation_metric_counts_only_the_epochs_that_validate(
     # Validating every 2 epochs, or every 6 steps of 2-step epochs (epochs 2 and 5): in
     # the epochs without validation val/rising still holds the previous validation's
     # value (or none yet), which is no plateau; train/flat is read every epoch either way
-    on_val = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
-    on_train = PlateauDecay(monitor="train/flat", patience=1, verbose=False)
-    stop = DISaturationStopping(monitor="val/rising", patience=1, min_decays=0)
+    on_val = PlateauDecay(monitor="val/rising", mode="max", patience=1, verbose=False)
+    on_train = PlateauDecay(monitor="train/flat", mode="max", patience=1, verbose=False)
+    stop = DISaturationStopping(monitor="val/rising", mode="max", patience=1, min_decays=0)
     trainer = make_trainer(
         callbacks=[on_val, on_train, stop], max_epochs=6, num_sanity_val_steps=0, **schedule
     )
@@ -673,7 +729,7 @@ def test_a_validation_metric_without_validation_is_named_when_strict(
     make_trainer: Callable[..., L.Trainer], every: int
 ) -> None:
     # no validation loader: the metric never comes, whatever check_val_every_n_epoch says
-    decay = PlateauDecay(monitor="val/rising", patience=1, verbose=False)
+    decay = PlateauDecay(monitor="val/rising", mode="max", patience=1, verbose=False)
     trainer = make_trainer(callbacks=[decay], max_epochs=2, check_val_every_n_epoch=every)
     with pytest.raises(RuntimeError, match=r"PlateauDecay: monitored metric 'val/rising' is not"):
         trainer.fit(_EveryOtherValidation())

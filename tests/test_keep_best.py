@@ -52,7 +52,7 @@ def _loader() -> DataLoader:
 def test_keep_best_restores_the_best_epochs_weights(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:
-    model, keep = _Scripted(), KeepBest("val/score", verbose=False)
+    model, keep = _Scripted(), KeepBest("val/score", mode="max", verbose=False)
     make_trainer(callbacks=[keep], max_epochs=len(SCRIPT)).fit(model, _loader(), _loader())
     assert keep.best_epoch == 2 and keep.best_score == pytest.approx(0.9)
     torch.testing.assert_close(model.w.detach(), torch.full((3,), 2.0), rtol=0, atol=0)
@@ -71,13 +71,13 @@ def test_keep_best_in_min_mode_and_its_message(
 
 
 def test_keep_best_state_survives_a_weights_only_checkpoint() -> None:
-    keep = KeepBest("val/score")
+    keep = KeepBest("val/score", mode="max")
     keep.best_score, keep.best_epoch = 0.9, 2
     keep.best_state = {"w": torch.arange(3.0)}
     buffer = io.BytesIO()
     torch.save(keep.state_dict(), buffer)
     buffer.seek(0)
-    fresh = KeepBest("val/score")
+    fresh = KeepBest("val/score", mode="max")
     fresh.load_state_dict(torch.load(buffer, weights_only=True))
     assert (fresh.best_score, fresh.best_epoch) == (0.9, 2)
     assert fresh.best_state is not None
@@ -86,7 +86,7 @@ def test_keep_best_state_survives_a_weights_only_checkpoint() -> None:
 
 def test_keep_best_missing_metric_is_named(make_trainer: Callable[..., L.Trainer]) -> None:
     with pytest.raises(RuntimeError, match=r"KeepBest: monitored metric 'val/nothing' is not"):
-        make_trainer(callbacks=[KeepBest("val/nothing")], max_epochs=1).fit(
+        make_trainer(callbacks=[KeepBest("val/nothing", mode="max")], max_epochs=1).fit(
             _Scripted(), _loader(), _loader()
         )
 
@@ -299,7 +299,7 @@ def test_tie_break_decides_between_epochs_of_equal_value(
     make_trainer: Callable[..., L.Trainer], tie_break: str | None, kept: int
 ) -> None:
     model = _ScriptedTie()
-    keep = KeepBest("val/score", verbose=False, tie_break=tie_break)
+    keep = KeepBest("val/score", mode="max", verbose=False, tie_break=tie_break)
     make_trainer(callbacks=[keep], max_epochs=len(TIE_SCRIPT)).fit(model, _loader(), _loader())
     assert keep.best_epoch == kept  # epoch 4's lower tie value does not beat a higher score
     assert keep.best_tie == (TIE_VALUES[kept] if tie_break else None)
@@ -307,7 +307,7 @@ def test_tie_break_decides_between_epochs_of_equal_value(
 
 
 def test_a_missing_tie_break_metric_is_named(make_trainer: Callable[..., L.Trainer]) -> None:
-    keep = KeepBest("val/score", tie_break="val/nothing")
+    keep = KeepBest("val/score", mode="max", tie_break="val/nothing")
     with pytest.raises(RuntimeError, match=r"KeepBest: monitored metric 'val/nothing' is not"):
         make_trainer(callbacks=[keep], max_epochs=1).fit(_Scripted(), _loader(), _loader())
 
@@ -319,12 +319,12 @@ def test_a_bad_tie_break_is_named(value: Any, error: type[Exception]) -> None:
 
 
 def test_the_tie_value_survives_a_checkpoint() -> None:
-    keep = KeepBest("val/score", tie_break="val/tie")
+    keep = KeepBest("val/score", mode="max", tie_break="val/tie")
     keep.best_score, keep.best_epoch, keep.best_tie = 0.9, 2, 0.25
     buffer = io.BytesIO()
     torch.save(keep.state_dict(), buffer)
     buffer.seek(0)
-    fresh = KeepBest("val/score", tie_break="val/tie")
+    fresh = KeepBest("val/score", mode="max", tie_break="val/tie")
     fresh.load_state_dict(torch.load(buffer, weights_only=True))
     assert (fresh.best_score, fresh.best_epoch, fresh.best_tie) == (0.9, 2, 0.25)
 
@@ -419,7 +419,7 @@ class _ScriptedThreshold(_Scripted):
 def test_a_tie_within_the_threshold_goes_to_the_tie_break(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:
-    keep = KeepBest("val/score", threshold=0.01, verbose=False, tie_break="val/tie")
+    keep = KeepBest("val/score", mode="max", threshold=0.01, verbose=False, tie_break="val/tie")
     make_trainer(callbacks=[keep], max_epochs=3).fit(_ScriptedThreshold(), _loader(), _loader())
     assert (keep.best_epoch, keep.best_tie) == (1, 1.0)
 
@@ -427,7 +427,7 @@ def test_a_tie_within_the_threshold_goes_to_the_tie_break(
 def test_a_missing_tie_break_metric_warns_when_not_strict(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:
-    keep = KeepBest("val/score", strict=False, verbose=False, tie_break="val/nothing")
+    keep = KeepBest("val/score", mode="max", strict=False, verbose=False, tie_break="val/nothing")
     with pytest.warns(RuntimeWarning, match=r"KeepBest: monitored metric 'val/nothing' is not"):
         make_trainer(callbacks=[keep], max_epochs=len(SCRIPT)).fit(
             _Scripted(), _loader(), _loader()

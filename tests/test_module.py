@@ -12,6 +12,7 @@ import torch
 from sklearn.datasets import make_classification
 from sklearn.linear_model import Ridge
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers import FourierLayer, NystromLayer, discriminant_information
 from kernel_layers.data import TensorDataModule
@@ -62,6 +63,19 @@ def test_ridge_head_streamed_over_batches_equals_sklearn_ridge() -> None:
         head.weight.double().numpy(), reference.coef_.T, rtol=1e-6, atol=1e-9
     )
     np.testing.assert_allclose(head.bias.double().numpy(), reference.intercept_, rtol=1e-6)
+
+
+def test_fit_on_an_empty_training_loader_says_the_training_data_holds_no_row(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    empty = DataLoader(TensorDataset(torch.rand(0, 5), torch.zeros(0, dtype=torch.long)))
+    model = KernelClassifier(NystromLayer(5, 4), num_classes=2)
+    with pytest.raises(
+        ValueError,
+        match=r"KernelClassifier: the ridge read-out needs training rows to be fitted on, "
+        r"and the training data held none",
+    ):
+        make_trainer(max_epochs=1).fit(model, empty)
 
 
 def test_ridge_head_errors() -> None:

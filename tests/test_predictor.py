@@ -436,6 +436,35 @@ def test_written_predictions_name_their_files(tmp_path: pathlib.Path) -> None:
         write_predictions(tmp_path / "q.csv", classes, names=names[:2])
 
 
+def test_a_regressors_predictions_are_written_as_numbers(tmp_path: pathlib.Path) -> None:
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from kernel_layers import KernelRegressor
+    from kernel_layers.training.predictions import PredictionWriter, write_predictions
+
+    x = torch.rand(40, 3)
+    for targets in (1, 2):
+        y = torch.stack([x.sum(1), x[:, 0] - x[:, 1]], 1)[:, :targets]
+        model = KernelRegressor(NystromLayer(3, 8, seed=0), num_targets=targets, keep_best=None)
+        model.refit_head(DataLoader(TensorDataset(x, y), batch_size=20))
+        writer = PredictionWriter(tmp_path / f"r{targets}.csv")
+        trainer = L.Trainer(callbacks=[writer], logger=False, enable_progress_bar=False)
+        trainer.predict(model, DataLoader(TensorDataset(x), batch_size=16))
+        model.eval()
+        with torch.no_grad():
+            want = model.predict(model(x)).reshape(40, targets)
+        lines = (tmp_path / f"r{targets}.csv").read_text().splitlines()
+        columns = ["prediction"] if targets == 1 else ["prediction_0", "prediction_1"]
+        assert lines[0].split(",") == ["index", *columns]
+        written = torch.tensor(
+            [[float(v) for v in line.split(",")[1:]] for line in lines[1:]], dtype=torch.float64
+        )
+        torch.testing.assert_close(written, want.double(), rtol=1e-8, atol=0.0)
+    write_predictions(tmp_path / "c.csv", torch.tensor([0.25, 1.5]))  # float, one column
+    assert (tmp_path / "c.csv").read_text().splitlines()[1:] == ["0,0.25", "1,1.5"]
+
+
 def test_predictions_of_part_of_an_image_folder_name_their_files(tmp_path: pathlib.Path) -> None:
     # limit_predict_batches or fast_dev_run serve the first rows only, in order
     from types import SimpleNamespace

@@ -256,3 +256,15 @@ def test_validation_batches_count_every_process_and_the_fraction() -> None:
     assert validation_batches(trainer(1, world=2), 4) == 2  # one batch on each process
     assert validation_batches(trainer(3, world=2), 4) == 4
     assert validation_batches(trainer(0.5), 4) == 2
+
+
+def test_float_targets_to_a_classifier_under_auto_are_refused_as_labels(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    x, y = make_classification(n_samples=300, n_features=8, random_state=0)
+    dm = TensorDataModule(
+        x[:200], y[:200, None], x[200:], y[200:, None], float_targets=True, batch_size=100
+    )
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=2)
+    with pytest.raises(TypeError, match=r"KernelClassifier: argument 'y' must be integer labels"):
+        make_trainer(max_epochs=1).fit(model, dm)

@@ -66,6 +66,19 @@ def check_not_an_input(
             )
 
 
+def _prediction_columns(predicted: Tensor) -> tuple[list[str], list[list[Any]]]:
+    """The CSV header and cells of ``predicted``: classes ``Tensor[N]`` in one column
+    ``prediction``; a regressor's values ``Tensor[N, L]`` in ``prediction`` (one target)
+    or ``prediction_0 .. prediction_{L-1}``, written with 9 significant digits."""
+    if predicted.ndim == 1:
+        if predicted.is_floating_point():
+            return ["prediction"], [[f"{v:.9g}"] for v in predicted.tolist()]
+        return ["prediction"], [[c] for c in predicted.tolist()]
+    width = predicted.shape[1]
+    header = ["prediction"] if width == 1 else [f"prediction_{j}" for j in range(width)]
+    return header, [[f"{v:.9g}" for v in row] for row in predicted.tolist()]
+
+
 def write_predictions(
     path: str | os.PathLike[str],
     classes: Tensor,
@@ -76,10 +89,12 @@ def write_predictions(
     """Write predictions atomically (a temporary file renamed into place).
 
     Args:
-        path: ``.csv`` (columns ``index[, file], prediction[, score_0 .. score_{L-1}]``)
-            or ``.pt`` (a dict of tensors ``index``, ``prediction``[, ``scores``], and
-            with ``names`` the list ``file``).
-        classes (Tensor[N]): predicted classes.
+        path: ``.csv`` (columns ``index[, file], prediction[, score_0 .. score_{L-1}]``;
+            for a regressor's ``L > 1`` targets ``prediction_0 .. prediction_{L-1}``) or
+            ``.pt`` (a dict of tensors ``index``, ``prediction``[, ``scores``], and with
+            ``names`` the list ``file``).
+        classes (Tensor[N] | Tensor[N, L]): predicted classes, or a regressor's
+            predictions.
         scores (Tensor[N, L] | None): per-class scores.
         index (Tensor[N] | None): row indices (default ``0 .. N-1``).
         names: the file each row was read from (an image folder's), one per row.
@@ -109,14 +124,15 @@ def write_predictions(
     else:
         with tmp.open("w", newline="") as fh:
             writer = csv.writer(fh)
-            header = ["index", *(["file"] if names is not None else []), "prediction"]
+            predicted = _prediction_columns(classes)
+            header = ["index", *(["file"] if names is not None else []), *predicted[0]]
             if scores is not None:
                 header += [f"score_{j}" for j in range(scores.shape[1])]
             writer.writerow(header)
             file_of = (lambda _: []) if names is None else (lambda k: [names[k]])
             rows = [
-                [i, *file_of(k), c]
-                for k, (i, c) in enumerate(zip(index.tolist(), classes.tolist(), strict=True))
+                [i, *file_of(k), *cells]
+                for k, (i, cells) in enumerate(zip(index.tolist(), predicted[1], strict=True))
             ]
             if scores is not None:
                 rows = [
@@ -132,7 +148,8 @@ class PredictionWriter(BasePredictionWriter):
     """Collect ``predict_step`` outputs and write them to ``output`` when predicting ends.
 
     Works with :class:`~kernel_layers.KernelClassifier` (``return_scores=True`` gives
-    the scores too) under ``Trainer.predict`` and ``kernel-layers predict``.
+    the scores too) and :class:`~kernel_layers.KernelRegressor` under
+    ``Trainer.predict`` and ``kernel-layers predict``.
 
     Args:
         output: ``.csv`` or ``.pt`` file (see :func:`write_predictions`).

@@ -117,14 +117,26 @@ def feature_modules(model: KernelModule) -> list[nn.Module]:
 
 def _accumulate(model: KernelModule, head: RidgeHead, batches: Iterable[Any] | None) -> None:
     """Add ``model``'s features and checked targets of ``batches`` (default: every
-    training row once) to ``head``'s statistics, the model in eval mode."""
+    training row once) to ``head``'s statistics, the model in eval mode.
+
+    Raises:
+        ValueError: ``batches`` held no row.
+    """
+    owner = type(model).__name__
     if batches is None:
-        batches = train_eval_batches(model.trainer, type(model).__name__)
+        batches = train_eval_batches(model.trainer, owner)
+    rows = 0
     with eval_mode(model):
         for index, batch in enumerate(batches):
-            x, y = model_inputs(model, *batch_parts(type(model).__name__, batch, 2))
+            x, y = model_inputs(model, *batch_parts(owner, batch, 2))
             with named_batch_errors("read-out fit", index):
                 head.update(model(x), model.check_targets(y))
+            rows += len(y)
+    if rows == 0:
+        raise ValueError(
+            f"{owner}: the ridge read-out needs training rows to be fitted on, and the "
+            "training data held none (an empty training set or loader)"
+        )
 
 
 @torch.no_grad()
@@ -135,6 +147,9 @@ def refit_head(model: KernelModule, batches: Iterable[Any] | None = None) -> Non
         model: the ``KernelClassifier`` whose ``head`` is fitted.
         batches: an iterable of ``(x, y, ...)`` batches; ``None``: every training row
             once (:func:`train_eval_batches`).
+
+    Raises:
+        ValueError: ``batches`` held no row.
     """
     model.head.reset()
     _accumulate(model, model.head, batches)
@@ -149,12 +164,11 @@ def training_statistics(model: KernelModule, batches: Iterable[Any] | None = Non
     read-out is left as it is.
 
     Raises:
-        RuntimeError: ``batches`` held no batch.
+        ValueError: ``batches`` held no row.
     """
     scratch = RidgeHead(model.head.in_features, model.head.num_outputs).to(model.device)
     _accumulate(model, scratch, batches)
-    if scratch.statistics is None:
-        raise RuntimeError(f"{type(model).__name__}: the training data held no batch")
+    assert scratch.statistics is not None  # rows were added
     return scratch.statistics
 
 
