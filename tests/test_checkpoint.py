@@ -129,6 +129,28 @@ def test_float64_layer_is_rebuilt_in_float64(tmp_path: Path) -> None:
     assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
 
 
+def test_a_model_trained_in_float64_after_it_was_built_comes_back_in_float64(
+    tmp_path: Path,
+) -> None:
+    model = KernelClassifier(NystromLayer(D, 10, gamma=0.5, seed=0), num_classes=CLASSES)
+    trainer = L.Trainer(
+        max_epochs=2,
+        precision="64-true",  # the layer was built in float32
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, _data())
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert loaded.kernel_layer.landmarks.dtype == torch.float64
+    assert loaded.head.weight.dtype == torch.float64
+    x = torch.rand(20, D, dtype=torch.float64)
+    assert torch.equal(_scores(loaded, x), _scores(model, x))  # no weight rounded
+
+
 def test_logged_hparams_describe_the_model_and_load_it_back(tmp_path: Path) -> None:
     # Loggers write the initial hyper-parameters; load_from_checkpoint(hparams_file=)
     # builds the model from them instead of the checkpoint's.

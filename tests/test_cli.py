@@ -911,6 +911,14 @@ def test_predict_rejects_a_bad_output_and_a_missing_input(fitted_quickstart: Pat
         r"be an existing .npy / .csv file",
     ):
         _predict(fitted_quickstart, "--predict_input=nowhere.npy")
+    (fitted_quickstart / "text.csv").write_text("1,2\n3,abc\n")
+    with pytest.raises(
+        ValueError,
+        match=r"^kernel-layers predict: argument '--predict_input': DigitsDataModule: cannot "
+        r"read 'text.csv' as comma-separated numbers: line 2",
+    ):
+        _predict(fitted_quickstart, "--predict_input=text.csv", "--predict_output=t.csv")
+    assert not (fitted_quickstart / "t.csv").exists()
     with pytest.raises(
         ValueError,
         match=r"^kernel-layers predict: argument '--predict_split': .*argument 'split' must "

@@ -78,6 +78,21 @@ def test_fit_on_an_empty_training_loader_says_the_training_data_holds_no_row(
         make_trainer(max_epochs=1).fit(model, empty)
 
 
+def test_bad_validation_labels_are_named_in_the_sanity_check(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    x, y = torch.rand(300, 5), torch.arange(300) % 2
+    train = DataLoader(TensorDataset(x[:200], y[:200]), batch_size=100)
+    val = DataLoader(TensorDataset(x[200:], y[200:] * 10), batch_size=100)  # labels 0, 10
+    model = KernelClassifier(NystromLayer(5, 4), num_classes=2)
+    with pytest.raises(
+        ValueError,
+        match=r"KernelClassifier: argument 'y' must be labels in \[0, num_classes=2\), got 10 "
+        r".*\(in val batch 0\)",
+    ):
+        make_trainer(max_epochs=1, num_sanity_val_steps=1).fit(model, train, val)
+
+
 def test_ridge_head_errors() -> None:
     head = RidgeHead(4, 2)
     with pytest.raises(RuntimeError, match=r"RidgeHead: fit\(\) called before any update\(\)"):

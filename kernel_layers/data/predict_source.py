@@ -28,6 +28,7 @@ class _DataModule(Protocol):
     _predict_split: str
     _predict_path: Path | None
     _predict_names: list[str] | None
+    _predict_rows: Tensor | None
     input_shape: tuple[int, ...]
     pixel_max: float | None
     val_fraction: float
@@ -57,6 +58,7 @@ class PredictSource:
     _predict_split: str = "test"
     _predict_path: Path | None = None
     _predict_names: list[str] | None = None
+    _predict_rows: Tensor | None = None  # the scaled rows read from _predict_path
 
     def set_predict_source(
         self: _DataModule, split: str = "test", path: str | os.PathLike[str] | None = None
@@ -84,6 +86,7 @@ class PredictSource:
         self._predict_split = split
         self._predict_path = None if path is None else Path(path)
         self._predict_names = None
+        self._predict_rows = None
 
     @property
     def predict_row_names(self) -> list[str] | None:
@@ -100,18 +103,22 @@ class PredictSource:
 
     def predict_dataloader(self: _DataModule) -> DataLoader:
         """Batches of the prediction source (default: the test split, in file order);
-        ``batch[0]`` holds the features. See :meth:`set_predict_source`."""
+        ``batch[0]`` holds the features. See :meth:`set_predict_source`. A path is read
+        once: a second call serves the rows the first read (``kernel-layers predict``
+        reads them before predicting, to report a malformed file as a usage error)."""
         path = self._predict_path
         if path is not None:
-            self.setup()
-            shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
-            files = image_files(path) if path.is_dir() else None  # listed once: rows, names
-            raw = read_feature_rows(
-                path, shape, owner=self._name, pixel_max=self.pixel_max, images=files
-            )
-            self._predict_names = None if files is None else [file.name for file in files]
-            features = self._transform(raw, f"the rows of {str(path)!r}")
-            return self._loader(BatchedTensorDataset(features), train=False)
+            if self._predict_rows is None:
+                self.setup()
+                folder = path.is_dir() and self.image_shape
+                shape = self.image_shape if folder and self.image_shape else self.input_shape
+                files = image_files(path) if path.is_dir() else None  # listed once
+                raw = read_feature_rows(
+                    path, shape, owner=self._name, pixel_max=self.pixel_max, images=files
+                )
+                self._predict_names = None if files is None else [file.name for file in files]
+                self._predict_rows = self._transform(raw, f"the rows of {str(path)!r}")
+            return self._loader(BatchedTensorDataset(self._predict_rows), train=False)
         split = self._predict_split
         datasets = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}
         if split == "val" and self.val_dataset is None and self.train_dataset is not None:

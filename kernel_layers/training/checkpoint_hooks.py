@@ -11,10 +11,14 @@ carries, and that modules passed in their place have the recorded settings. Load
 into a model checks its layers, its data settings, every tensor's shape and that every
 weight is finite first, and marks a lagging read-out unfitted, so that testing or
 predicting refits it from the data and ``scores()`` refuses until then.
+``load_from_checkpoint`` gives each of the model's modules the floating dtype its saved
+tensors hold (a model trained under ``Trainer(precision="64-true")`` or ``.double()``
+comes back in float64), so that loading rounds no weight.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHOSEN_RHO_KEY",
+    "adopt_saved_dtypes",
     "check_before_load",
     "missing_tensors_named",
     "on_load_checkpoint",
@@ -103,6 +108,8 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     state = checkpoint.get("state_dict", {})
     model.check_state_shapes(state)
     check_finite_state(owner, source, state)
+    if trainer is None:  # load_from_checkpoint: the model as it was saved
+        adopt_saved_dtypes(model, state)
     model.di_epoch_seen = None  # di_epoch_index is about to change
     chosen = checkpoint.get(CHOSEN_RHO_KEY)  # None: none chosen
     model._chosen_rho = chosen if isinstance(chosen, float) and chosen > 0 else None
@@ -111,6 +118,28 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
         state["head.fitted"] = torch.zeros_like(state["head.fitted"])
     # read by the load_state_dict post-hook (adopt_loaded_readout) once the state is in
     model.readout_loaded_current = checkpoint.get(HEAD_CURRENT_KEY) is True
+
+
+def adopt_saved_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
+    """Convert each of ``model``'s child modules whose floating tensors all have one
+    dtype in ``state`` (a checkpoint's state dict) to that dtype, before the state is
+    copied in: the dtype it was trained and saved in, which its constructor's arguments
+    do not record when a Trainer's precision or ``.double()`` changed it afterwards."""
+    for name, child in model.named_children():
+        saved = {
+            tensor.dtype
+            for key, tensor in state.items()
+            if key.startswith(f"{name}.")
+            and isinstance(tensor, torch.Tensor)
+            and tensor.is_floating_point()
+        }
+        held = {
+            tensor.dtype
+            for tensor in itertools.chain(child.parameters(), child.buffers())
+            if tensor.is_floating_point()
+        }
+        if len(saved) == 1 and held and held != saved:
+            child.to(saved.pop())
 
 
 def check_before_load(

@@ -272,12 +272,13 @@ class KernelClassifier(KernelModule):
         self, batch: Any, batch_idx: int, metric: MulticlassAccuracy, name: str
     ) -> tuple[Tensor, Tensor] | None:
         """Update and log ``metric`` on a batch; its scores ``[B, L]`` and checked labels
-        ``[B]`` (``None`` before the read-out's first fit)."""
-        if self.readout is None and not bool(self.head.fitted):
-            return None  # sanity check before any fit: nothing to report
+        ``[B]`` (``None`` before the read-out's first fit; the labels are checked even
+        then)."""
         x, y = batch_parts(type(self).__name__, batch, 2)
         with named_batch_errors(name.split("/")[0], batch_idx):
             y = self.check_targets(y)
+        if self.readout is None and not bool(self.head.fitted):
+            return None  # sanity check before any fit: nothing to report
         scores = self.scores(self(x))
         metric.update(scores, y)
         self.log(name, metric, on_step=False, on_epoch=True, prog_bar=True)

@@ -224,11 +224,11 @@ class KernelRegressor(KernelModule):
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: Any, batch_idx: int, metrics: MetricCollection, split: str) -> None:
-        if not bool(self.head.fitted):
-            return  # sanity check before any fit: nothing to report
         x, y = batch_parts(type(self).__name__, batch, 2)
         with named_batch_errors(split, batch_idx):
-            y = self.check_targets(y)
+            y = self.check_targets(y)  # even in the sanity check, before any fit
+        if not bool(self.head.fitted):
+            return  # sanity check before any fit: nothing to report
         # In float64: R²'s sum of squares about the mean cancels in float32 for targets
         # whose mean is large against their spread.
         prediction, y = self.predict(self(x)).double(), y.double()
