@@ -880,6 +880,15 @@ def test_predict_a_user_file_and_an_image_folder(fitted_quickstart: Path, monkey
         assert files == ([f"{i}.png" for i in range(12)] if source == "images" else [None] * 12)
 
 
+def test_predict_says_when_it_replaces_a_file(fitted_quickstart: Path, monkeypatch, capsys):
+    monkeypatch.chdir(fitted_quickstart)
+    (fitted_quickstart / "mine.csv").write_text("notes\n")
+    _predict(fitted_quickstart, "--predict_output=mine.csv")
+    said = capsys.readouterr().out
+    assert "predictions written to mine.csv (450 rows; it replaced the file that was there)" in said
+    assert (fitted_quickstart / "mine.csv").read_text().startswith("index,prediction,")
+
+
 def test_predict_refuses_an_output_that_is_its_input(fitted_quickstart: Path, monkeypatch):
     monkeypatch.chdir(fitted_quickstart)
     source = fitted_quickstart / "same.csv"

@@ -19,6 +19,7 @@ import torch
 from sklearn.datasets import make_classification
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils.data import DataLoader, TensorDataset
 
 from kernel_layers import FourierLayer, NystromLayer, nystrom_discriminant_information
 from kernel_layers.data import TensorDataModule
@@ -215,6 +216,31 @@ def test_epoch_checks_stop_a_diverged_fit_with_the_epoch_start(
 def test_check_every_is_validated() -> None:
     with pytest.raises(ValueError, match=r"check_every.*'auto', 'step', 'epoch'.*'batch'"):
         KernelClassifier(NystromLayer(10, 24, gamma=0.5), num_classes=4, check_every="batch")
+
+
+def test_deferred_checks_report_the_check_that_failed_first() -> None:
+    checks = DeferredChecks()
+    checks.record(ValueError, "landmarks", torch.tensor(False))  # registered first, passing
+    checks.record(ValueError, "x", torch.tensor(True))  # the cause
+    checks.record(ValueError, "landmarks", torch.tensor(True))  # its consequence
+    checks.record(ValueError, "x", torch.tensor(False))
+    failure = checks.first_failure()
+    assert isinstance(failure, ValueError) and str(failure) == "x"
+    checks.reset()
+    checks.record(RuntimeError, "late", torch.tensor(False))
+    assert checks.first_failure() is None and len(checks) == 1
+
+
+def test_a_nan_training_row_is_named_when_checks_are_deferred(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # the NaN row's step makes the landmarks NaN; the row, not the landmarks, is reported
+    x, y = torch.rand(400, 5), torch.arange(400) % 2
+    x[150, 2] = float("nan")
+    loader = DataLoader(TensorDataset(x, y), batch_size=100)
+    model = KernelClassifier(NystromLayer(5, 10), num_classes=2, check_every="epoch")
+    with pytest.raises(ValueError, match=r"argument 'x' must be finite.*training batch"):
+        make_trainer(max_epochs=1).fit(model, loader)
 
 
 def test_deferred_checks_record_instead_of_raising_and_report_once() -> None:

@@ -181,9 +181,12 @@ def export_command(argv: list[str]) -> int:
     # raw rows that scale to the first test rows (constant columns: their training value)
     raw = scaled.reshape(len(scaled), -1).double() * predictor.scaling.divisor
     raw = raw + predictor.scaling.shift
+    replaced = Path(args.export_output).exists()  # said, so that no file is lost silently
     check = export_onnx(predictor, args.export_output, raw.float().reshape(scaled.shape))
     print(
-        f"wrote {args.export_output}: input x [batch, {', '.join(map(str, scaled.shape[1:]))}] "
+        f"wrote {args.export_output}"
+        + (" (it replaced the file that was there)" if replaced else "")
+        + f": input x [batch, {', '.join(map(str, scaled.shape[1:]))}] "
         f"raw features; outputs classes [batch], scores [batch, {model.hparams['num_classes']}] "
         f"({args.export_dtype})"
         f"; onnxruntime on {len(raw)} test rows: classes agree {check.classes_agree:.1%}, "

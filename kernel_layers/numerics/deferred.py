@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator
 
 import torch
@@ -34,12 +35,16 @@ _ACTIVE: contextvars.ContextVar[DeferredChecks | None] = contextvars.ContextVar(
 class DeferredChecks:
     """Failure flags kept on the device until :meth:`first_failure` reads them.
 
-    Each distinct ``(error type, message)`` holds one boolean scalar tensor, or-ed with
-    every later record of the same check, so memory stays constant over an epoch.
+    Each distinct ``(error type, message)`` holds one scalar tensor: the number of the
+    first record in which that check failed (``inf`` while it has not), updated with
+    every later record of the same check, so memory stays constant over an epoch and
+    the failure reported is the earliest one, the cause (a NaN input) before its
+    consequences (landmarks made NaN by the step that read it).
     """
 
     def __init__(self) -> None:
-        self._flags: dict[tuple[type[Exception], str], Tensor] = {}
+        self._first: dict[tuple[type[Exception], str], Tensor] = {}
+        self._records = 0
 
     def record(self, error: type[Exception], message: str, failed: Tensor) -> None:
         """Add a check's outcome without reading it.
@@ -52,27 +57,35 @@ class DeferredChecks:
         """
         key = (error, message)
         flag = failed.detach().reshape(()).to(torch.bool)
-        previous = self._flags.get(key)
-        self._flags[key] = flag if previous is None else previous | flag.to(previous.device)
+        # Python scalars go to the kernel as arguments: nothing is copied or read
+        at = torch.where(flag, float(self._records), math.inf)
+        self._records += 1
+        previous = self._first.get(key)
+        self._first[key] = (
+            at if previous is None else torch.minimum(previous, at.to(previous.device))
+        )
 
     def first_failure(self) -> Exception | None:
-        """Read every flag at once; the first failed check as an exception, or ``None``."""
-        if not self._flags:
+        """Read every check at once; the one that failed first as an exception, or
+        ``None``."""
+        if not self._first:
             return None
-        keys = list(self._flags)
-        device = self._flags[keys[0]].device
-        states = torch.stack([self._flags[key].to(device) for key in keys]).tolist()
-        for (error, message), failed in zip(keys, states, strict=True):
-            if failed:
-                return error(message)
-        return None
+        keys = list(self._first)
+        device = self._first[keys[0]].device
+        firsts = torch.stack([self._first[key].to(device) for key in keys]).tolist()
+        failed = [(at, index) for index, at in enumerate(firsts) if math.isfinite(at)]
+        if not failed:
+            return None
+        error, message = keys[min(failed)[1]]
+        return error(message)
 
     def reset(self) -> None:
         """Forget every recorded check."""
-        self._flags.clear()
+        self._first.clear()
+        self._records = 0
 
     def __len__(self) -> int:
-        return len(self._flags)
+        return len(self._first)
 
 
 def active_checks() -> DeferredChecks | None:

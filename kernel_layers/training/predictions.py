@@ -152,7 +152,8 @@ class PredictionWriter(BasePredictionWriter):
     ``Trainer.predict`` and ``kernel-layers predict``.
 
     Args:
-        output: ``.csv`` or ``.pt`` file (see :func:`write_predictions`).
+        output: ``.csv`` or ``.pt`` file (see :func:`write_predictions`); an existing
+            file there is replaced, and the message printed says so.
         scores: write the per-class scores when the model returns them.
 
     Attributes:
@@ -195,5 +196,7 @@ class PredictionWriter(BasePredictionWriter):
         names = getattr(getattr(trainer, "datamodule", None), "predict_row_names", None)
         if names is not None:  # the rows served are the first, in order (limit_predict_batches)
             names = names[: len(classes)]
+        replaced = self.output.exists()  # said, so that no file is lost silently
         self.path = write_predictions(self.output, classes, scores, names=names)
-        print(f"predictions written to {self.path} ({len(classes)} rows)")
+        note = "; it replaced the file that was there" if replaced else ""
+        print(f"predictions written to {self.path} ({len(classes)} rows{note})")
