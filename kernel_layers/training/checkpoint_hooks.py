@@ -43,6 +43,7 @@ from kernel_layers.training.checkpoint_io import (
     is_url,
     load_checkpoint_file,
 )
+from kernel_layers.training.input_scale import SCALED_BY_KEY
 from kernel_layers.training.optimizer import check_schedule_span
 from kernel_layers.training.preflight import check_layer_recorded
 from kernel_layers.training.readout import HEAD_CURRENT_KEY, head_current
@@ -67,10 +68,11 @@ CHOSEN_RHO_KEY = "kernel_layers_chosen_rho"
 
 
 def on_save_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
-    """Record in ``checkpoint`` whether ``model``'s read-out is current, and the ``rho``
-    its fit chose."""
+    """Record in ``checkpoint`` whether ``model``'s read-out is current, the ``rho``
+    its fit chose and the data module that scaled its rows."""
     checkpoint[HEAD_CURRENT_KEY] = head_current(model)
     checkpoint[CHOSEN_RHO_KEY] = model._chosen_rho
+    checkpoint[SCALED_BY_KEY] = model.scaled_by
 
 
 def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
@@ -113,6 +115,8 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
     model.di_epoch_seen = None  # di_epoch_index is about to change
     chosen = checkpoint.get(CHOSEN_RHO_KEY)  # None: none chosen
     model._chosen_rho = chosen if isinstance(chosen, float) and chosen > 0 else None
+    scaled_by = checkpoint.get(SCALED_BY_KEY)
+    model.scaled_by = scaled_by if isinstance(scaled_by, str) else None
     model.sync_head_rho()
     if checkpoint.get(HEAD_CURRENT_KEY) is False and "head.fitted" in state:
         state["head.fitted"] = torch.zeros_like(state["head.fitted"])

@@ -37,6 +37,7 @@ from kernel_layers.training.di_epoch import EpochDILogging, register_epoch_sums
 from kernel_layers.training.divergence import DivergenceGuard
 from kernel_layers.training.group_lasso import model_prox_step
 from kernel_layers.training.heads import GCVRidgeHead, RidgeHead
+from kernel_layers.training.input_scale import ScaledInputsCheck
 from kernel_layers.training.landmarks import init_map_from_data
 from kernel_layers.training.losses import training_loss
 from kernel_layers.training.optimizer import (
@@ -133,6 +134,9 @@ class KernelModule(LightningModule):
         #: The ``rho`` a fit (or the checkpoint this model was restored from) chose with
         #: ``rho=None``; ``None`` until one is chosen.
         self._chosen_rho: float | None = None
+        #: The :mod:`kernel_layers.data` module whose scaled rows the last fit read (its
+        #: class name; :class:`~kernel_layers.training.input_scale.ScaledInputsCheck`).
+        self.scaled_by: str | None = None
 
     @property
     def objective(self) -> str:
@@ -214,6 +218,7 @@ class KernelModule(LightningModule):
         elif keep_best:
             callbacks.append(self._keep_best(keep_best))
         callbacks.append(ReadoutRefit())
+        callbacks.append(ScaledInputsCheck())
         if self.objective == "di":
             callbacks.append(EpochDILogging())
         if self.hparams.get("approximation_rows", 0):
