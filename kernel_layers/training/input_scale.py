@@ -56,21 +56,13 @@ class ScaledInputsCheck(Callback):
         dataloader_idx: int = 0,
     ) -> None:
         if batch_idx == 0 and dataloader_idx == 0:
-            self._check(trainer, pl_module, batch, "test")
+            stage = trainer.state.stage  # "test" or "predict"
+            self._check(pl_module, batch, "test" if stage is None else stage.value)
 
-    def on_predict_batch_start(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if batch_idx == 0 and dataloader_idx == 0:
-            self._check(trainer, pl_module, batch, "predict")
+    on_predict_batch_start = on_test_batch_start
 
     @staticmethod
-    def _check(trainer: Trainer, pl_module: LightningModule, batch: Any, stage: str) -> None:
+    def _check(pl_module: LightningModule, batch: Any, stage: str) -> None:
         fitted_on = getattr(pl_module, "scaled_by", None)
         if fitted_on is None:
             return
