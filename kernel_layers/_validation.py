@@ -12,6 +12,7 @@ type but outside the allowed set (range, shape, choices, finiteness) raises
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import NoReturn
@@ -30,6 +31,7 @@ from kernel_layers._tensor_checks import (
 )
 
 __all__ = [
+    "caller_stacklevel",
     "check_bool",
     "check_choice",
     "check_device",
@@ -207,3 +209,15 @@ def check_fraction(owner: str, name: str, value: object, *, include_zero: bool =
     if not (low_ok and number < 1.0):
         raise ValueError(f"{owner}: argument '{name}' must be in {interval}, got {value!r}")
     return number
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for which ``warnings.warn``, called by the function that calls
+    this one, names the first caller outside the ``kernel_layers`` package: the user's
+    line (an estimator's ``fit``, say), through any of the library's layers."""
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+        "kernel_layers."
+    ):
+        level, frame = level + 1, frame.f_back
+    return level

@@ -110,3 +110,12 @@ def test_many_classes_are_warned_about_once() -> None:
     x = np.random.default_rng(0).normal(size=(30, 3))
     messages = _user_warnings(lambda: DIClassifier(max_epochs=1).fit(x, np.arange(30)))
     assert sum("unique classes is greater than 50%" in m for m in messages) == 1
+
+
+def test_a_numerical_warning_of_fit_names_the_users_line() -> None:
+    x = np.repeat(np.eye(3), 40, axis=0)  # 3 distinct rows: a singular landmark Gram
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DIRegressor(random_state=0).fit(x, x @ np.array([1.0, 2.0, 3.0]))
+    jitter = [w for w in caught if "succeeded after adding a jitter" in str(w.message)]
+    assert jitter and {w.filename for w in jitter} == {__file__}

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from kernel_layers._validation import caller_stacklevel
 from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.precision import (
     SOLVE_DTYPE,
@@ -84,7 +85,7 @@ def robust_cholesky(matrix: Tensor, *, owner: str, jitter: float = CHOLESKY_JITT
                 f"{owner}: Cholesky factorisation failed; succeeded after adding a jitter of "
                 f"{eps:.1e} x mean diagonal ({eps * scale:.3e})",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=caller_stacklevel(),
             )
             return factor
         eps *= JITTER_GROWTH

@@ -18,7 +18,6 @@ starts to fit the training rows rather than the data.
 from __future__ import annotations
 
 import copy
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from sklearn.model_selection import train_test_split
 
+from kernel_layers._validation import caller_stacklevel
 from kernel_layers.callbacks import DISaturationStopping, PlateauDecay
 from kernel_layers.layers.base import KernelFeatureMap
 
@@ -40,7 +40,6 @@ __all__ = [
     "PATIENCE",
     "TrainResult",
     "adam_groups",
-    "caller_stacklevel",
     "data_extent",
     "default_components",
     "split_rows",
@@ -130,18 +129,6 @@ def train_sizes(
         stacklevel=caller_stacklevel(),
     )
     return chosen, batch
-
-
-def caller_stacklevel() -> int:
-    """The ``stacklevel`` for which ``warnings.warn``, called by the function that calls
-    this one, names the first caller outside the ``kernel_layers`` package: the user's
-    line, through any of the estimators' layers."""
-    level, frame = 1, sys._getframe(1)
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
-        "kernel_layers."
-    ):
-        level, frame = level + 1, frame.f_back
-    return level
 
 
 def split_rows(
