@@ -132,3 +132,27 @@ def test_a_npy_under_the_npz_cache_name_is_named(tmp_path: Path) -> None:
         r"arrays 'x' and 'y' \(it holds a single ndarray, not an archive\)",
     ):
         CovTypeDataModule(tmp_path, download=False).setup()
+
+
+def test_a_link_planted_beside_a_written_file_is_not_followed(tmp_path, monkeypatch) -> None:
+    import secrets
+
+    from kernel_layers._files import replacing
+    from kernel_layers.data.readers import read_arrays, write_arrays
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".covtype-arrays.npz.tmp.npz").symlink_to(victim)  # the old fixed scratch name
+    write_arrays(home / "covtype-arrays.npz", np.ones((3, 2)), np.arange(3))
+    assert victim.read_text() == "precious"
+    x, y = read_arrays(home / "covtype-arrays.npz")
+    assert x.shape == (3, 2) and y.tolist() == [0, 1, 2]
+    # every scratch name taken by a link: refused, nothing written through them
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "fixed")
+    (home / ".out.csv.fixed.tmp").symlink_to(victim)
+    with pytest.raises(FileExistsError, match=r"no fresh temporary name beside '.*out.csv'"):
+        with replacing(home / "out.csv") as scratch:
+            scratch.write_text("overwritten")
+    assert victim.read_text() == "precious" and not (home / "out.csv").exists()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernel_layers._files import replacing
 from kernel_layers.data.gzipped import open_maybe_gzip, read_text
 from kernel_layers.data.idx import IDX_DTYPES, read_idx, write_idx
 from kernel_layers.data.network import (
@@ -61,11 +62,10 @@ LETTER_COLUMNS = 17
 
 
 def write_arrays(path: str | os.PathLike[str], x: np.ndarray, y: np.ndarray) -> None:
-    """Keep downloaded ``x``, ``y`` as a ``.npz`` of plain arrays (atomically)."""
-    out = Path(path)
-    tmp = out.with_name(f".{out.name}.tmp.npz")
-    np.savez(tmp, x=np.asarray(x), y=np.asarray(y))
-    os.replace(tmp, out)
+    """Keep downloaded ``x``, ``y`` as a ``.npz`` of plain arrays (atomically, through a
+    fresh temporary file that no link in the folder can redirect)."""
+    with replacing(path) as tmp, tmp.open("wb") as fh:  # a file object: no ".npz" added
+        np.savez(fh, x=np.asarray(x), y=np.asarray(y))
 
 
 def read_arrays(

@@ -18,6 +18,8 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from kernel_layers._files import replacing
+
 __all__ = [
     "AtomicCheckpointIO",
     "atomic_torch_save",
@@ -128,7 +130,7 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
     over ``path`` (``os.replace`` is atomic within a directory).
 
     A process killed while writing leaves ``path`` as it was (at worst a stray
-    ``.<name>.tmp-<pid>`` file); a failed write (a full disk, say) removes the temporary
+    ``.<name>.<random>.tmp`` file); a failed write (a full disk, say) removes the temporary
     file and raises, ``path`` unchanged.
 
     Raises:
@@ -136,16 +138,12 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
             version is kept.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as fh:
+        with replacing(target) as tmp, open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, target)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         kept = "the previous checkpoint there is kept" if target.exists() else "nothing written"
         raise OSError(
             err.errno,

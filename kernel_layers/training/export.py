@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from kernel_layers._files import replacing
 from kernel_layers.training.predictor import Predictor
 
 __all__ = ["ONNX_OPSET", "ExportCheck", "export_onnx", "require_onnx"]
@@ -114,9 +115,8 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
     example = example.cpu()
     with torch.no_grad():  # the library's own checks of the example, before the exporter's
         want_classes, want_scores = predictor(example)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = str(target.parent / f".{target.name}.{os.getpid()}.tmp")  # umask's permissions
-    try:
+    with replacing(target) as fresh:  # a new file beside target, renamed over it
+        scratch = str(fresh)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's progress and deprecations
             program = torch.onnx.export(
@@ -145,8 +145,4 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
             float((torch.from_numpy(scores) - want_scores).abs().max()),
             float((torch.from_numpy(classes) == want_classes).double().mean()),
         )
-        os.replace(scratch, target)
-    finally:
-        if os.path.exists(scratch):
-            os.remove(scratch)
     return check

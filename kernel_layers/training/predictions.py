@@ -14,6 +14,8 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
+from kernel_layers._files import replacing
+
 __all__ = ["OUTPUT_FORMATS", "PredictionWriter", "check_not_an_input", "write_predictions"]
 
 #: File suffixes understood by :func:`write_predictions`.
@@ -79,6 +81,43 @@ def _prediction_columns(predicted: Tensor) -> tuple[list[str], list[list[Any]]]:
     return header, [[f"{v:.9g}" for v in row] for row in predicted.tolist()]
 
 
+def _write(
+    tmp: Path,
+    suffix: str,
+    classes: Tensor,
+    scores: Tensor | None,
+    index: Tensor,
+    names: Sequence[str] | None,
+) -> None:
+    """Write :func:`write_predictions`' file to ``tmp`` in the format of ``suffix``."""
+    if suffix == ".pt":
+        payload: dict[str, Any] = {"index": index.cpu(), "prediction": classes.cpu()}
+        if scores is not None:
+            payload["scores"] = scores.cpu()
+        if names is not None:
+            payload["file"] = list(names)
+        torch.save(payload, tmp)
+    else:
+        with tmp.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            predicted = _prediction_columns(classes)
+            header = ["index", *(["file"] if names is not None else []), *predicted[0]]
+            if scores is not None:
+                header += [f"score_{j}" for j in range(scores.shape[1])]
+            writer.writerow(header)
+            file_of = (lambda _: []) if names is None else (lambda k: [names[k]])
+            rows = [
+                [i, *file_of(k), *cells]
+                for k, (i, cells) in enumerate(zip(index.tolist(), predicted[1], strict=True))
+            ]
+            if scores is not None:
+                rows = [
+                    [*row, *(f"{v:.9g}" for v in s)]
+                    for row, s in zip(rows, scores.tolist(), strict=True)
+                ]
+            writer.writerows(rows)
+
+
 def write_predictions(
     path: str | os.PathLike[str],
     classes: Tensor,
@@ -112,35 +151,8 @@ def write_predictions(
             f"write_predictions: argument 'names' must hold one name per row "
             f"({len(classes)}), got {len(names)}"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    if out.suffix == ".pt":
-        payload: dict[str, Any] = {"index": index.cpu(), "prediction": classes.cpu()}
-        if scores is not None:
-            payload["scores"] = scores.cpu()
-        if names is not None:
-            payload["file"] = list(names)
-        torch.save(payload, tmp)
-    else:
-        with tmp.open("w", newline="") as fh:
-            writer = csv.writer(fh)
-            predicted = _prediction_columns(classes)
-            header = ["index", *(["file"] if names is not None else []), *predicted[0]]
-            if scores is not None:
-                header += [f"score_{j}" for j in range(scores.shape[1])]
-            writer.writerow(header)
-            file_of = (lambda _: []) if names is None else (lambda k: [names[k]])
-            rows = [
-                [i, *file_of(k), *cells]
-                for k, (i, cells) in enumerate(zip(index.tolist(), predicted[1], strict=True))
-            ]
-            if scores is not None:
-                rows = [
-                    [*row, *(f"{v:.9g}" for v in s)]
-                    for row, s in zip(rows, scores.tolist(), strict=True)
-                ]
-            writer.writerows(rows)
-    os.replace(tmp, out)
+    with replacing(out) as tmp:
+        _write(tmp, out.suffix, classes, scores, index, names)
     return out
 
 

@@ -3,7 +3,6 @@ layers and checkpoint, and whether the checkpoint directories can be written."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -13,6 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import Tensor, nn
 
+from kernel_layers._files import fresh_file
 from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
@@ -120,11 +120,9 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
         dirpath = getattr(callback, "dirpath", None)
         if not isinstance(callback, ModelCheckpoint) or not dirpath:
             continue
-        probe = Path(dirpath) / f".kernel-layers-write-test-{os.getpid()}"
         try:
             Path(dirpath).mkdir(parents=True, exist_ok=True)
-            probe.write_bytes(b"")
-            probe.unlink()
+            fresh_file(Path(dirpath) / "kernel-layers-write-test").unlink()  # follows no link
         except OSError as err:
             raise PermissionError(
                 f"{owner}: ModelCheckpoint's dirpath '{dirpath}' must be a writable "

@@ -1,0 +1,47 @@
+"""Writing a file whole or not at all: a fresh temporary file beside it, renamed over it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["fresh_file", "replacing"]
+
+#: Names tried for the temporary file before giving up (each is new with near certainty).
+_TRIES = 16
+
+
+def fresh_file(path: Path) -> Path:
+    """Create an empty file of a new random name beside ``path`` and return its path.
+
+    ``O_CREAT | O_EXCL`` fails where anything, a symbolic link included, already has the
+    name, so a link planted in a data folder cannot redirect the write elsewhere; the
+    file gets the permissions the umask gives new files.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(_TRIES):
+        candidate = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            os.close(os.open(candidate, flags, 0o666))
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"no fresh temporary name beside '{path}' after {_TRIES} tries")
+
+
+@contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a new empty temporary file beside ``path`` to write, then rename it over
+    ``path`` (atomic within a folder: ``path`` is either as it was or whole). The folder
+    is created if missing; the temporary file is removed if the block raises."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = fresh_file(target)
+    try:
+        yield scratch
+        os.replace(scratch, target)
+    finally:
+        scratch.unlink(missing_ok=True)  # gone after the rename; a failed write's leftover
