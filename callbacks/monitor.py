@@ -181,8 +181,9 @@ def monitor_mode(owner: str, monitor: str, mode: str | None) -> str:
         return "min"
     raise ValueError(
         f"{owner}: argument 'mode' must be 'max' (higher is better) or 'min' for monitor "
-        f"{monitor!r}, whose direction is known only for the library's metrics ending in "
-        f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}; got None"
+        f"{monitor!r}: the direction is read only from a name whose last part (after the "
+        f"last '/', without '_epoch' or '_step') is one of the library's metrics "
+        f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}, here {name!r}; got None"
     )
 
 

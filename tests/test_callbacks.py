@@ -199,7 +199,8 @@ def test_mode_none_with_a_metric_of_unknown_direction_is_refused(
     with pytest.raises(
         ValueError,
         match=r"argument 'mode' must be 'max' \(higher is better\) or 'min' for monitor "
-        r"'val/f1', whose direction is known only for .*acc.*loss.*; got None",
+        r"'val/f1': the direction is read only from a name whose last part \(after the last "
+        r"'/', without '_epoch' or '_step'\) is one of .*acc.*loss.*, here 'f1'; got None",
     ):
         make(monitor="val/f1")
 

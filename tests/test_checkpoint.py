@@ -149,6 +149,29 @@ def test_a_model_trained_in_float64_after_it_was_built_comes_back_in_float64(
     assert loaded.head.weight.dtype == torch.float64
     x = torch.rand(20, D, dtype=torch.float64)
     assert torch.equal(_scores(loaded, x), _scores(model, x))  # no weight rounded
+    # float32 rows, as a default Trainer serves them, are cast up exactly
+    assert torch.equal(_scores(loaded, x.float()), _scores(model, x.float().double()))
+    quiet = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    (result,) = L.Trainer(**quiet).test(loaded, _data(), verbose=False)
+    assert 0.0 <= result["test/acc"] <= 1.0
+
+
+def test_weights_saved_narrower_than_the_built_layer_load_into_it(tmp_path: Path) -> None:
+    model = KernelClassifier(NystromLayer(D, 10, gamma=0.5, seed=0), num_classes=CLASSES)
+    model.kernel_layer.to(torch.bfloat16)
+    path = tmp_path / "m.ckpt"
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "pytorch-lightning_version": L.__version__,
+        },
+        path,
+    )
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    assert loaded.kernel_layer.landmarks.dtype == torch.float32  # as built: exact copy
+    want = model.kernel_layer.landmarks.float()
+    assert torch.equal(loaded.kernel_layer.landmarks.detach(), want.detach())
 
 
 def test_logged_hparams_describe_the_model_and_load_it_back(tmp_path: Path) -> None:

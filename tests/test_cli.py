@@ -928,6 +928,15 @@ def test_predict_rejects_a_bad_output_and_a_missing_input(fitted_quickstart: Pat
     ):
         _predict(fitted_quickstart, "--predict_input=text.csv", "--predict_output=t.csv")
     assert not (fitted_quickstart / "t.csv").exists()
+    np.save(fitted_quickstart / "rows.npy", np.zeros((2, 64)))  # a good file, bad training data
+    from kernel_layers.data import DigitsDataModule
+
+    def broken(self, stage=None):
+        raise ValueError("the training files are broken")
+
+    with monkeypatch.context() as patch, pytest.raises(ValueError, match=r"^the training"):
+        patch.setattr(DigitsDataModule, "setup", broken)  # not --predict_input's fault
+        _predict(fitted_quickstart, "--predict_input=rows.npy", "--predict_output=r.csv")
     with pytest.raises(
         ValueError,
         match=r"^kernel-layers predict: argument '--predict_split': .*argument 'split' must "

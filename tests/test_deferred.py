@@ -231,6 +231,19 @@ def test_deferred_checks_report_the_check_that_failed_first() -> None:
     assert checks.first_failure() is None and len(checks) == 1
 
 
+def test_deferred_checks_count_records_exactly_in_a_half_default_dtype() -> None:
+    checks, default = DeferredChecks(), torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # 300 and 301 are one bfloat16 number
+    try:
+        for _ in range(300):
+            checks.record(ValueError, "landmarks", torch.tensor(False))
+        checks.record(ValueError, "x", torch.tensor(True))
+        checks.record(ValueError, "landmarks", torch.tensor(True))
+    finally:
+        torch.set_default_dtype(default)
+    assert str(checks.first_failure()) == "x"
+
+
 def test_a_nan_training_row_is_named_when_checks_are_deferred(
     make_trainer: Callable[..., L.Trainer],
 ) -> None:

@@ -17,7 +17,7 @@ from kernel_layers import KernelClassifier, NystromLayer
 from kernel_layers.data import TensorDataModule
 
 RAW = r"fitted on rows that TensorDataModule min-max scaled to \[0, 1\], and the first {} batch "
-RAW += r"holds an entry of magnitude 16: .*transform\(rows\)"
+RAW += r"holds an entry of magnitude 48, beyond .*transform\(rows\)"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +37,8 @@ def test_raw_rows_after_a_fit_on_scaled_ones_are_warned_about(
     digits, make_trainer: Callable[..., L.Trainer], tmp_path: Path
 ) -> None:
     x, y = digits
+    x = x.copy()
+    x[1200, 5] = 48.0  # a test outlier: 3 times the training range once scaled
     dm = TensorDataModule(x[:1200], y[:1200], x[1200:], y[1200:], batch_size=200)
     model = KernelClassifier(NystromLayer(64, 20, gamma=0.05, seed=0), num_classes=10)
     trainer = make_trainer(max_epochs=1)
@@ -45,8 +47,10 @@ def test_raw_rows_after_a_fit_on_scaled_ones_are_warned_about(
     raw = DataLoader(TensorDataset(torch.tensor(x[1200:]), torch.tensor(y[1200:])), 200)
     with pytest.warns(UserWarning, match=RAW.format("test")):
         trainer.test(model, raw, verbose=False)
+    assert float(dm.test_dataset.tensors[0].abs().max()) > 2  # served by the module
     assert _scale_warnings(lambda: trainer.test(model, dm, verbose=False)) == []
-    scaled = DataLoader(TensorDataset(dm.transform(x[1200:]), torch.tensor(y[1200:])), 200)
+    assert _scale_warnings(lambda: trainer.predict(model, dm)) == []
+    scaled = DataLoader(TensorDataset(dm.transform(x[1201:]), torch.tensor(y[1201:])), 200)
     assert _scale_warnings(lambda: trainer.test(model, scaled, verbose=False)) == []
     trainer.save_checkpoint(tmp_path / "m.ckpt")
     loaded = KernelClassifier.load_from_checkpoint(tmp_path / "m.ckpt")

@@ -41,8 +41,9 @@ def test_default_gamma_gives_the_same_kernel_in_any_unit(iris, kernel, exact) ->
 
 
 def test_kernel_refuses_a_gamma_power_other_than_1_or_2() -> None:
-    with pytest.raises(ValueError, match=r"Kernel: argument 'gamma_power' must be 1 or 2, got 3"):
-        Kernel("mine", gaussian_kernel, gamma_power=3)
+    for wrong in (3, 1.0, True):
+        with pytest.raises(ValueError, match=rf"'gamma_power' must be 1 or 2, got {wrong!r}"):
+            Kernel("mine", gaussian_kernel, gamma_power=wrong)
 
 
 @pytest.mark.parametrize(

@@ -229,3 +229,18 @@ def test_an_image_folder_is_refused_when_the_pixel_range_is_unknown(tmp_path: Pa
     dm.set_predict_source(path=tmp_path / "images")
     served = torch.cat([b[0] for b in dm.predict_dataloader()])
     torch.testing.assert_close(served, dm.transform(stored.reshape(3, 1, 8, 8)), rtol=0, atol=0)
+
+
+def test_a_predict_file_is_read_again_at_each_loader(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).random((40, 3))
+    dm = TensorDataModule(x[:30], np.arange(30) % 2, x[30:], np.arange(10) % 2)
+    source = tmp_path / "incoming.npy"
+    np.save(source, x[:2])
+    dm.set_predict_source(path=source)
+    assert len(next(iter(dm.predict_dataloader()))[0]) == 2
+    np.save(source, x[:7])  # new rows at the same path
+    assert len(next(iter(dm.predict_dataloader()))[0]) == 7
+    dm.read_predict_source()  # read ahead: serves the next loader once
+    np.save(source, x[:3])
+    assert len(next(iter(dm.predict_dataloader()))[0]) == 7
+    assert len(next(iter(dm.predict_dataloader()))[0]) == 3

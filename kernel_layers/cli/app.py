@@ -310,10 +310,12 @@ class KernelLayersCLI(LightningCLI):
                 f"ArrayDataModule, got {type(dm).__name__}"
             )
         option = "--predict_split" if options["predict_input"] is None else "--predict_input"
-        with _named_option("kernel-layers predict", option, (ValueError, TypeError)):
+        with _named_option("kernel-layers predict", option):
             dm.set_predict_source(split=options["predict_split"], path=options["predict_input"])
-            if options["predict_input"] is not None:
-                dm.predict_dataloader()  # reads the file now: its errors are usage errors
+        if options["predict_input"] is not None:
+            dm.setup()  # the training data's errors are not the file's
+            with _named_option("kernel-layers predict", option, (ValueError, TypeError)):
+                dm.read_predict_source()  # now: a malformed file is a usage error
         check_not_an_input(
             options["predict_output"],
             [options["predict_input"], options.get("ckpt_path")],

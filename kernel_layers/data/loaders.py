@@ -16,6 +16,7 @@ __all__ = [
     "BATCH_PER_FEATURE",
     "DEFAULT_BATCH_SIZE",
     "BatchedTensorDataset",
+    "EvaluationLoader",
     "collate_batched",
     "default_batch_size",
     "make_loader",
@@ -59,6 +60,12 @@ def collate_batched(batch: tuple[Tensor, ...]) -> list[Tensor]:
     return list(batch)
 
 
+class EvaluationLoader(DataLoader):
+    """A data module's loader of validation, test or prediction rows (in order, nothing
+    dropped): rows the module scaled, which a model's input checks can tell from rows a
+    plain ``DataLoader`` serves as they are."""
+
+
 def make_loader(
     dataset: TensorDataset,
     *,
@@ -99,7 +106,7 @@ def make_loader(
         :class:`~kernel_layers.data.sampling.ResumableDistributedSampler` with
         ``shuffle`` and ``seed`` as given (Lightning keeps a loader's own
         ``DistributedSampler``, where it would put a shuffling one in place of any other
-        sampler); a plain ``DataLoader`` for evaluation.
+        sampler); an :class:`EvaluationLoader` for evaluation.
     """
     options: dict[str, Any] = {
         "num_workers": num_workers,
@@ -131,4 +138,6 @@ def make_loader(
             drop_last=drop_last,
             **options,
         )
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, drop_last=False, **options)
+    return EvaluationLoader(
+        dataset, batch_size=batch_size, shuffle=False, drop_last=False, **options
+    )

@@ -50,6 +50,8 @@ class _DataModule(Protocol):
 
     def _require(self, dataset: TensorDataset | None, split: str) -> TensorDataset: ...
 
+    def read_predict_source(self) -> None: ...
+
 
 class PredictSource:
     """The prediction source of an :class:`~kernel_layers.data.base.ArrayDataModule`:
@@ -58,7 +60,7 @@ class PredictSource:
     _predict_split: str = "test"
     _predict_path: Path | None = None
     _predict_names: list[str] | None = None
-    _predict_rows: Tensor | None = None  # the scaled rows read from _predict_path
+    _predict_rows: Tensor | None = None  # rows read ahead from _predict_path, for one use
 
     def set_predict_source(
         self: _DataModule, split: str = "test", path: str | os.PathLike[str] | None = None
@@ -101,24 +103,39 @@ class PredictSource:
         """The file or folder :meth:`predict_dataloader` reads, or ``None`` (a split)."""
         return self._predict_path
 
+    def read_predict_source(self: _DataModule) -> None:
+        """Read the file or folder :meth:`set_predict_source` named now (the data set up
+        first), and keep its rows for the next :meth:`predict_dataloader` call only
+        (``kernel-layers predict`` reads it before predicting, to report a malformed
+        file as a usage error). Does nothing for a split.
+
+        Raises:
+            ValueError: the file cannot be read as rows of the data's shape.
+        """
+        path = self._predict_path
+        if path is None:
+            return
+        self.setup()
+        folder = path.is_dir() and self.image_shape
+        shape = self.image_shape if folder and self.image_shape else self.input_shape
+        files = image_files(path) if path.is_dir() else None  # listed once: rows, names
+        raw = read_feature_rows(
+            path, shape, owner=self._name, pixel_max=self.pixel_max, images=files
+        )
+        self._predict_names = None if files is None else [file.name for file in files]
+        self._predict_rows = self._transform(raw, f"the rows of {str(path)!r}")
+
     def predict_dataloader(self: _DataModule) -> DataLoader:
         """Batches of the prediction source (default: the test split, in file order);
-        ``batch[0]`` holds the features. See :meth:`set_predict_source`. A path is read
-        once: a second call serves the rows the first read (``kernel-layers predict``
-        reads them before predicting, to report a malformed file as a usage error)."""
-        path = self._predict_path
-        if path is not None:
+        ``batch[0]`` holds the features. See :meth:`set_predict_source`. A file or folder
+        is read at each call (rows written there since are served), unless
+        :meth:`read_predict_source` read it just before."""
+        if self._predict_path is not None:
             if self._predict_rows is None:
-                self.setup()
-                folder = path.is_dir() and self.image_shape
-                shape = self.image_shape if folder and self.image_shape else self.input_shape
-                files = image_files(path) if path.is_dir() else None  # listed once
-                raw = read_feature_rows(
-                    path, shape, owner=self._name, pixel_max=self.pixel_max, images=files
-                )
-                self._predict_names = None if files is None else [file.name for file in files]
-                self._predict_rows = self._transform(raw, f"the rows of {str(path)!r}")
-            return self._loader(BatchedTensorDataset(self._predict_rows), train=False)
+                self.read_predict_source()
+            rows, self._predict_rows = self._predict_rows, None  # a read serves one loader
+            assert rows is not None
+            return self._loader(BatchedTensorDataset(rows), train=False)
         split = self._predict_split
         datasets = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}
         if split == "val" and self.val_dataset is None and self.train_dataset is not None:

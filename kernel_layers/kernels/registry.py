@@ -116,7 +116,7 @@ class Kernel:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"Kernel: argument 'name' must be a non-empty str, got {self.name!r}")
-        if self.gamma_power not in (1, 2) or isinstance(self.gamma_power, bool):
+        if type(self.gamma_power) is not int or self.gamma_power not in (1, 2):
             raise ValueError(
                 f"Kernel: argument 'gamma_power' must be 1 or 2, got {self.gamma_power!r}"
             )

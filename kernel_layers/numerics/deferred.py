@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 from collections.abc import Iterator
 
 import torch
@@ -32,11 +31,15 @@ _ACTIVE: contextvars.ContextVar[DeferredChecks | None] = contextvars.ContextVar(
 )
 
 
+#: The record number of a check that has not failed (larger than any record's).
+_NEVER = 2**62
+
+
 class DeferredChecks:
     """Failure flags kept on the device until :meth:`first_failure` reads them.
 
-    Each distinct ``(error type, message)`` holds one scalar tensor: the number of the
-    first record in which that check failed (``inf`` while it has not), updated with
+    Each distinct ``(error type, message)`` holds one int64 scalar tensor: the number of
+    the first record in which that check failed (:data:`_NEVER` while it has not), updated with
     every later record of the same check, so memory stays constant over an epoch and
     the failure reported is the earliest one, the cause (a NaN input) before its
     consequences (landmarks made NaN by the step that read it).
@@ -57,8 +60,9 @@ class DeferredChecks:
         """
         key = (error, message)
         flag = failed.detach().reshape(()).to(torch.bool)
-        # Python scalars go to the kernel as arguments: nothing is copied or read
-        at = torch.where(flag, float(self._records), math.inf)
+        # Python integers go to the kernel as arguments (int64: exact at any count, in
+        # any default dtype): nothing is copied to the device or read from it
+        at = torch.where(flag, self._records, _NEVER)
         self._records += 1
         previous = self._first.get(key)
         self._first[key] = (
@@ -73,7 +77,7 @@ class DeferredChecks:
         keys = list(self._first)
         device = self._first[keys[0]].device
         firsts = torch.stack([self._first[key].to(device) for key in keys]).tolist()
-        failed = [(at, index) for index, at in enumerate(firsts) if math.isfinite(at)]
+        failed = [(at, index) for index, at in enumerate(firsts) if at != _NEVER]
         if not failed:
             return None
         error, message = keys[min(failed)[1]]

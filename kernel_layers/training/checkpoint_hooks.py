@@ -12,8 +12,9 @@ into a model checks its layers, its data settings, every tensor's shape and that
 weight is finite first, and marks a lagging read-out unfitted, so that testing or
 predicting refits it from the data and ``scores()`` refuses until then.
 ``load_from_checkpoint`` gives each of the model's modules the floating dtype its saved
-tensors hold (a model trained under ``Trainer(precision="64-true")`` or ``.double()``
-comes back in float64), so that loading rounds no weight.
+tensors hold where it is wider than the built one's (a model trained under
+``Trainer(precision="64-true")`` comes back in float64), so that loading rounds no
+weight; the model then casts float32 rows up to it.
 """
 
 from __future__ import annotations
@@ -126,9 +127,11 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
 
 def adopt_saved_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
     """Convert each of ``model``'s child modules whose floating tensors all have one
-    dtype in ``state`` (a checkpoint's state dict) to that dtype, before the state is
-    copied in: the dtype it was trained and saved in, which its constructor's arguments
-    do not record when a Trainer's precision or ``.double()`` changed it afterwards."""
+    dtype in ``state`` (a checkpoint's state dict), wider than the module's, to that
+    dtype before the state is copied in: the dtype it was trained and saved in (float64
+    under ``Trainer(precision="64-true")``), which its constructor's arguments do not
+    record, and which copying into the narrower module would round. Narrower saved
+    weights (a layer cast to bfloat16) are copied into the module as built, exactly."""
     for name, child in model.named_children():
         saved = {
             tensor.dtype
@@ -142,8 +145,10 @@ def adopt_saved_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
             for tensor in itertools.chain(child.parameters(), child.buffers())
             if tensor.is_floating_point()
         }
-        if len(saved) == 1 and held and held != saved:
-            child.to(saved.pop())
+        if len(saved) == 1 and held:
+            wider = saved.pop()  # copying narrower saved weights in loses nothing
+            if all(torch.finfo(wider).bits > torch.finfo(dtype).bits for dtype in held):
+                child.to(wider)
 
 
 def check_before_load(

@@ -5,8 +5,9 @@ rows' statistics, inside the module: a model fitted through one has only seen ro
 about ``[0, 1]``. Tested or asked to predict through plain loaders of raw rows, it
 would answer as if they were scaled, and its accuracy falls to chance with no error.
 :class:`ScaledInputsCheck` records the data module at fit (in the checkpoint too) and
-looks at the first batch of each later test or prediction: far outside that range, it
-warns once, naming the ways to scale the rows.
+looks at the first batch of each later test or prediction that a plain loader serves
+(not a data module's :class:`~kernel_layers.data.loaders.EvaluationLoader`): far
+outside that range, it warns once, naming the ways to scale the rows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from kernel_layers.data.loaders import EvaluationLoader
 from kernel_layers.training.batch_checks import batch_parts
 
 if TYPE_CHECKING:
@@ -39,9 +41,10 @@ def scaling_module(datamodule: object) -> str | None:
 
 class ScaledInputsCheck(Callback):
     """Record at fit whether the model's rows came scaled from a :mod:`kernel_layers.data`
-    module (``pl_module.scaled_by``); warn when a test or prediction reads a first batch
-    with an entry beyond :data:`SCALED_LIMIT` (Lightning keeps a fit's data module on the
-    Trainer when loaders are passed to ``test``, so the rows themselves are looked at)."""
+    module (``pl_module.scaled_by``); warn when a test or prediction reads, from a loader
+    that is not a data module's (Lightning keeps a fit's data module on the Trainer when
+    loaders are passed to ``test``, so the loader is what tells), a first batch with an
+    entry beyond :data:`SCALED_LIMIT`."""
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         model = cast("KernelModule", pl_module)
@@ -55,9 +58,13 @@ class ScaledInputsCheck(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if batch_idx == 0 and dataloader_idx == 0:
-            stage = trainer.state.stage  # "test" or "predict"
-            self._check(pl_module, batch, "test" if stage is None else stage.value)
+        stage = trainer.state.stage  # "test" or "predict"
+        name = "test" if stage is None else stage.value
+        loaders = trainer.test_dataloaders if name == "test" else trainer.predict_dataloaders
+        if isinstance(loaders, list | tuple):
+            loaders = loaders[dataloader_idx] if dataloader_idx < len(loaders) else None
+        if batch_idx == 0 and not isinstance(loaders, EvaluationLoader):
+            self._check(pl_module, batch, name)
 
     on_predict_batch_start = on_test_batch_start
 
@@ -77,9 +84,10 @@ class ScaledInputsCheck(Callback):
             rank_zero_warn(
                 f"{type(pl_module).__name__}: the model was fitted on rows that {fitted_on} "
                 f"min-max scaled to [0, 1], and the first {stage} batch holds an entry of "
-                f"magnitude {peak:.3g}: rows that skipped that scaling get meaningless "
-                f"answers; pass the data module (trainer.{stage}(model, datamodule=...)), "
-                "scale the rows with its transform(rows), or predict raw rows with "
+                f"magnitude {peak:.3g}, beyond what that scaling gives rows like the "
+                "training rows: rows that skipped it get meaningless answers; pass the "
+                f"data module (trainer.{stage}(model, datamodule=...)), scale the rows "
+                "with its transform(rows), or predict raw rows with "
                 "model.predictor(datamodule)",
                 category=UserWarning,
             )

@@ -248,10 +248,12 @@ class KernelModule(LightningModule):
 
     # ------------------------------------------------------------------ features
     def embed(self, x: Tensor) -> Tensor:
-        """Inputs of the kernel map: ``backbone(x)``, or ``x`` flattened to ``[B, D]``."""
+        """Inputs of the kernel map: ``backbone(x)``, or ``x`` flattened to ``[B, D]``;
+        float32 rows cast up (exactly) to a float64 module's dtype, so that a model
+        trained or loaded in float64 takes the rows a default Trainer serves."""
         if self.backbone is not None:
-            return self.backbone(x)
-        return x.flatten(1) if x.ndim > 2 else x
+            return _cast_up(self.backbone(_cast_up(x, self.backbone)), self.kernel_layer)
+        return _cast_up(x.flatten(1) if x.ndim > 2 else x, self.kernel_layer)
 
     def forward(self, x: Tensor) -> Tensor:
         """Kernel features ``x (Tensor[B, ...]) -> Tensor[B, J]``."""
@@ -411,3 +413,12 @@ class KernelModule(LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"},
         }
+
+
+def _cast_up(x: Tensor, module: nn.Module) -> Tensor:
+    """``x`` in float64 where it is float32 and ``module``'s first floating parameter is
+    float64 (a lossless cast), else ``x`` as it is."""
+    if x.dtype != torch.float32:
+        return x
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+    return x.double() if dtype == torch.float64 else x
