@@ -113,17 +113,16 @@ def test_checkpoint_alone_rebuilds_the_model_bit_for_bit(
     assert torch.equal(_scores(loaded, x), _scores(model, x))
 
 
+def _save_weights(model: KernelClassifier, path: Path) -> Path:
+    """A checkpoint of ``model``'s weights and settings, written without a Trainer."""
+    state = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    torch.save({**state, "pytorch-lightning_version": L.__version__}, path)
+    return path
+
+
 def test_float64_layer_is_rebuilt_in_float64(tmp_path: Path) -> None:
     model = KernelClassifier(NystromLayer(D, 10, gamma=0.5, dtype=torch.float64), num_classes=3)
-    path = tmp_path / "m.ckpt"
-    torch.save(
-        {
-            "state_dict": model.state_dict(),
-            "hyper_parameters": dict(model.hparams),
-            "pytorch-lightning_version": L.__version__,
-        },
-        path,
-    )
+    path = _save_weights(model, tmp_path / "m.ckpt")
     loaded = KernelClassifier.load_from_checkpoint(path)
     assert loaded.kernel_layer.landmarks.dtype == torch.float64
     assert torch.equal(loaded.kernel_layer.landmarks, model.kernel_layer.landmarks)
@@ -159,15 +158,7 @@ def test_a_model_trained_in_float64_after_it_was_built_comes_back_in_float64(
 def test_weights_saved_narrower_than_the_built_layer_load_into_it(tmp_path: Path) -> None:
     model = KernelClassifier(NystromLayer(D, 10, gamma=0.5, seed=0), num_classes=CLASSES)
     model.kernel_layer.to(torch.bfloat16)
-    path = tmp_path / "m.ckpt"
-    torch.save(
-        {
-            "state_dict": model.state_dict(),
-            "hyper_parameters": dict(model.hparams),
-            "pytorch-lightning_version": L.__version__,
-        },
-        path,
-    )
+    path = _save_weights(model, tmp_path / "m.ckpt")
     loaded = KernelClassifier.load_from_checkpoint(path)
     assert loaded.kernel_layer.landmarks.dtype == torch.float32  # as built: exact copy
     want = model.kernel_layer.landmarks.float()
