@@ -132,11 +132,18 @@ def missing_monitor_message(
     """The error raised (strict) or warned (non-strict) when ``monitor`` was not logged
     by ``when``."""
     available = ", ".join(f"'{k}'" for k in logs) or "(none)"
+    why = (
+        " The model logs 'val/di' only for validation batches of more rows than its feature"
+        " width (the DI of fewer rows sits at its ceiling): use larger validation batches,"
+        " a narrower map or another metric."
+        if monitor == "val/di"
+        else " A value logged with `self.log(name, ..., on_step=True, on_epoch=True)` is"
+        " exposed as '<name>_epoch'; pass `monitor=` one of the available keys (or"
+        " `strict=False` to skip such epochs)."
+    )
     return (
         f"{owner}: monitored metric '{monitor}' is not in trainer.callback_metrics at {when}."
-        f" Available keys: {available}. A value logged with"
-        " `self.log(name, ..., on_step=True, on_epoch=True)` is exposed as '<name>_epoch';"
-        " pass `monitor=` one of the available keys (or `strict=False` to skip such epochs)."
+        f" Available keys: {available}.{why}"
     )
 
 

@@ -337,6 +337,22 @@ def test_console_script_lists_recipes_without_importing_torch_or_lightning() -> 
         assert any(row.split()[:1] == [name] for row in out.splitlines()), name
 
 
+def test_console_fit_without_its_data_says_where_to_put_it_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    code = "import sys; from kernel_layers.cli.entry import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "fit", "--config", "mnist_nystrom_di"]
+        + [f"--data.init_args.root={tmp_path}", "--data.init_args.download=false"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"MNISTDataModule: no MNIST data under '{tmp_path}'" in done.stderr
+
+
 def test_console_script_stops_quietly_when_its_reader_leaves() -> None:
     """``kernel-layers recipes | head -3``: no BrokenPipeError traceback, status 141."""
     read_end, write_end = os.pipe()

@@ -153,6 +153,19 @@ def test_torch_export_matches_eager(layer: nn.Module) -> None:
     torch.testing.assert_close(exported(x2), layer(x2), atol=ATOL, rtol=0)
 
 
+def test_a_map_first_run_under_inference_mode_still_exports() -> None:
+    # Lightning predicts and tests under torch.inference_mode, eval() inside it: a cache
+    # filled there must not hold an inference tensor, which a non-strict export (the
+    # ONNX exporter's first try) cannot trace
+    layer = NystromLayer(4, 6, seed=0)
+    x = torch.rand(8, 4)
+    with torch.inference_mode():
+        want = layer.eval()(x)
+    exported = torch.export.export(layer, (x,), strict=False).module()
+    with torch.no_grad():
+        torch.testing.assert_close(exported(x), want, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("name", ["fourier", "fourier_ard_cossin", "nystrom", "nystrom_ard"])
 def test_torch_compile_full_graph_forward_and_backward(name: str, device: torch.device) -> None:
     """Training mode: no graph break (fullgraph=True) and eager's gradients."""

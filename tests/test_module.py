@@ -93,6 +93,24 @@ def test_bad_validation_labels_are_named_in_the_sanity_check(
         make_trainer(max_epochs=1, num_sanity_val_steps=1).fit(model, train, val)
 
 
+def test_a_callback_on_val_di_that_is_never_logged_says_why(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    from kernel_layers.callbacks import PlateauDecay
+
+    x, y = torch.rand(300, 5), torch.arange(300) % 2
+    train = DataLoader(TensorDataset(x[:200], y[:200]), batch_size=100)
+    val = DataLoader(TensorDataset(x[200:], y[200:]), batch_size=20)  # 20 rows <= J = 30
+    model = KernelClassifier(NystromLayer(5, 30), num_classes=2, keep_best=None)
+    trainer = make_trainer(max_epochs=2, callbacks=[PlateauDecay(monitor="val/di")])
+    with pytest.raises(
+        RuntimeError,
+        match=r"'val/di' is not in trainer.callback_metrics .* logs 'val/di' only for "
+        r"validation batches of more rows than its feature width",
+    ):
+        trainer.fit(model, train, val)
+
+
 def test_ridge_head_errors() -> None:
     head = RidgeHead(4, 2)
     with pytest.raises(RuntimeError, match=r"RidgeHead: fit\(\) called before any update\(\)"):

@@ -45,6 +45,7 @@ from kernel_layers.cli.recipe_files import (
     resolve_config_args,
 )
 from kernel_layers.data.base import PREDICT_SPLITS, ArrayDataModule
+from kernel_layers.data.network import DatasetNotFoundError
 from kernel_layers.training.checkpoint_checks import configuration_differences
 from kernel_layers.training.checkpoint_io import check_weights_only, load_checkpoint_file
 from kernel_layers.training.module import KernelClassifier
@@ -401,7 +402,8 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
 
     Raises:
         SystemExit: status 2, with the message on stderr, for a bad ``--config`` or a
-            second ``J``.
+            second ``J``; from a console, status 1 with the message alone for a data set
+            that is not there (:class:`~kernel_layers.data.network.DatasetNotFoundError`).
     """
     try:
         argv = resolve_config_args(argv)
@@ -413,10 +415,16 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
     configure_output()
     if console:
         sys.argv[1:] = argv
-    KernelLayersCLI(
-        KernelClassifier,
-        ArrayDataModule,
-        subclass_mode_data=True,
-        args=None if console else argv,
-        console=console,
-    )
+    try:
+        KernelLayersCLI(
+            KernelClassifier,
+            ArrayDataModule,
+            subclass_mode_data=True,
+            args=None if console else argv,
+            console=console,
+        )
+    except DatasetNotFoundError as err:  # data to fetch, not a crash: no traceback
+        if not console:
+            raise
+        print(err, file=sys.stderr)
+        raise SystemExit(1) from None

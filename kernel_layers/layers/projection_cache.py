@@ -55,7 +55,7 @@ class ProjectionCache(nn.Module):
         """:meth:`projection` computed once per :meth:`_cache_key` (eval mode)."""
         if torch.compiler.is_exporting():  # the exported graph holds it as a constant
             if self._projection is None:
-                self._projection = self.projection()
+                self._projection = self._computed()
             return self._projection
         key = self._cache_key()
         if (
@@ -63,10 +63,17 @@ class ProjectionCache(nn.Module):
             or not _same_key(key, self._projection_key)
             or self._projection.dtype != self._projection_dtype  # cast by a module .to()
         ):
-            self._projection = self.projection()
+            self._projection = self._computed()
             self._projection_dtype = self._projection.dtype
             self._projection_key = tuple(_snapshot(item) for item in key)
         return self._projection
+
+    def _computed(self) -> Tensor:
+        """:meth:`projection` as an ordinary tensor even under ``torch.inference_mode``
+        (Lightning predicts and tests in it): an inference tensor kept in the cache
+        would fail a later ``torch.export`` or autograd use of the map."""
+        with torch.inference_mode(False):
+            return self.projection()
 
     def train(self: _Self, mode: bool = True) -> _Self:
         """Set training mode; ``eval()`` also prepares the cached matrix."""
