@@ -342,8 +342,10 @@ def test_console_fit_without_its_data_says_where_to_put_it_without_a_traceback(
 ) -> None:
     code = "import sys; from kernel_layers.cli.entry import main; main()"
     done = subprocess.run(
-        [sys.executable, "-c", code, "fit", "--config", "mnist_nystrom_di"]
-        + [f"--data.init_args.root={tmp_path}", "--data.init_args.download=false"],
+        [
+            *(sys.executable, "-c", code, "fit", "--config", "mnist_nystrom_di"),
+            *(f"--data.init_args.root={tmp_path}", "--data.init_args.download=false"),
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -161,6 +161,8 @@ def test_a_map_first_run_under_inference_mode_still_exports() -> None:
     x = torch.rand(8, 4)
     with torch.inference_mode():
         want = layer.eval()(x)
+    assert layer._projection is not None and layer._projection.grad_fn is None
+    copy.deepcopy(layer)  # a cached leaf: the module copies
     exported = torch.export.export(layer, (x,), strict=False).module()
     with torch.no_grad():
         torch.testing.assert_close(exported(x), want, atol=ATOL, rtol=0)

@@ -72,7 +72,8 @@ class ProjectionCache(nn.Module):
         """:meth:`projection` as an ordinary tensor even under ``torch.inference_mode``
         (Lightning predicts and tests in it): an inference tensor kept in the cache
         would fail a later ``torch.export`` or autograd use of the map."""
-        with torch.inference_mode(False):
+        # inference_mode(False) turns gradients on again: no_grad inside it, a leaf out
+        with torch.inference_mode(False), torch.no_grad():
             return self.projection()
 
     def train(self: _Self, mode: bool = True) -> _Self:
