@@ -868,3 +868,21 @@ def test_a_distributed_training_loader_resumes_mid_epoch() -> None:
     resumed = loader()
     resumed.load_state_dict(state)
     assert [batch[1].tolist() for batch in resumed] == batches[2:]
+
+
+def test_setup_after_a_changed_setting_splits_and_scales_anew() -> None:
+    rng = np.random.default_rng(0)
+    x, y = rng.random((20, 3)) * [10.0, 900.0, 10.0], np.arange(20) % 2
+    dm = TensorDataModule(x, y, x[:6], y[:6], val_fraction=0.1)
+    dm.setup()
+    assert (len(dm.train_dataset), len(dm.val_dataset)) == (18, 2)
+    dm.val_fraction, dm.scaling, dm.seed = 0.5, "global", 7
+    dm.setup()
+    fresh = TensorDataModule(x, y, x[:6], y[:6], val_fraction=0.5, scaling="global", seed=7)
+    fresh.setup()
+    assert (len(dm.train_dataset), len(dm.val_dataset)) == (10, 10)
+    torch.testing.assert_close(dm.data_max, fresh.data_max)
+    torch.testing.assert_close(dm.train_dataset.tensors[0], fresh.train_dataset.tensors[0])
+    dm.val_fraction = 1.5
+    with pytest.raises(ValueError, match=r"argument 'val_fraction' must be in \[0, 1\), got 1.5"):
+        dm.setup()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import logging
 import pickle
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +157,74 @@ def test_a_link_planted_beside_a_written_file_is_not_followed(tmp_path, monkeypa
         with replacing(home / "out.csv") as scratch:
             scratch.write_text("overwritten")
     assert victim.read_text() == "precious" and not (home / "out.csv").exists()
+
+
+def test_a_gzip_bomb_is_refused_before_it_fills_memory(tmp_path, monkeypatch) -> None:
+    from kernel_layers.data import gzipped
+    from kernel_layers.data.readers import read_idx
+
+    monkeypatch.setattr(gzipped, "EXPANSION_FLOOR", 2**20)  # 1 MiB, not 64 MiB
+    header = struct.pack(">BBBBI", 0, 0, 0x08, 1, 10)  # ten unsigned-byte labels...
+    bomb = tmp_path / "labels.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        fh.write(header + bytes(8 * 2**20))  # ...then 8 MiB of zeros: about 8 KB on disk
+    assert bomb.stat().st_size * gzipped.MAX_EXPANSION < 8 * 2**20
+    with pytest.raises(ValueError, match=r"read_idx: '.*labels.gz' expands to more than \d+ "):
+        read_idx(bomb)
+    csv_bomb = tmp_path / "rows.csv"
+    with gzip.open(csv_bomb, "wb", compresslevel=9) as fh:
+        fh.write(b"\n" * 8 * 2**20)
+    with pytest.raises(ValueError, match=r"'.*rows.csv' expands to more than"):
+        gzipped.read_text(csv_bomb)
+
+
+def test_only_regular_files_are_read(tmp_path) -> None:
+    from kernel_layers.data.gzipped import read_text
+
+    endless = tmp_path / "rows.csv"
+    endless.symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match=r"'.*rows.csv' must be a regular file, got a device"):
+        read_text(endless)
+
+
+def test_array_headers_claiming_more_than_the_file_holds_are_refused(tmp_path) -> None:
+    import io
+    import zipfile
+
+    from kernel_layers.data.readers import read_arrays
+    from kernel_layers.data.user_files import read_feature_rows
+
+    claim = io.BytesIO()  # a .npy header for 10^11 rows, and 64 bytes
+    np.lib.format.write_array_header_1_0(
+        claim, {"descr": "<f8", "fortran_order": False, "shape": (10**11, 3)}
+    )
+    claim.write(bytes(64))
+    (tmp_path / "rows.npy").write_bytes(claim.getvalue())
+    with pytest.raises(ValueError, match=r"cannot read '.*rows.npy' as a .npy array"):
+        read_feature_rows(tmp_path / "rows.npy", (3,))
+    labels = io.BytesIO()
+    np.save(labels, np.arange(3))
+    with zipfile.ZipFile(tmp_path / "arrays.npz", "w") as archive:
+        archive.writestr("x.npy", claim.getvalue())
+        archive.writestr("y.npy", labels.getvalue())
+    with pytest.raises(ValueError, match=r"member 'x.npy' claims shape \(100000000000, 3\)"):
+        read_arrays(tmp_path / "arrays.npz")
+
+
+def test_an_image_of_another_size_is_refused_from_its_header(tmp_path) -> None:
+    from PIL import Image
+
+    from kernel_layers.data.user_files import read_feature_rows
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    Image.new("L", (3000, 2000)).save(folder / "big.png")  # 6 Mpixel, a few KB on disk
+    decoded = []
+    original = Image.Image.load
+    with pytest.MonkeyPatch.context() as patch:  # count decodes: the header suffices
+        patch.setattr(Image.Image, "load", lambda self: decoded.append(1) or original(self))
+        with pytest.raises(
+            ValueError, match=r"must have shape \(1, 8, 8\) .*got \(1, 2000, 3000\)"
+        ):
+            read_feature_rows(folder, (1, 8, 8), pixel_max=16.0)
+    assert decoded == []

@@ -183,6 +183,7 @@ class ArrayDataModule(PredictSource, LightningDataModule):
         self._divisor: np.ndarray | None = None
         self._keep: np.ndarray | None = None
         self._warned_cap = False
+        self._built_with: tuple[object, ...] | None = None  # _split_settings at setup
 
     def _save_options(self, ignore: Sequence[str] = ()) -> None:
         """``save_hyperparameters`` of the calling ``__init__``, completed with every common
@@ -225,15 +226,28 @@ class ArrayDataModule(PredictSource, LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Load, split and scale the data (idempotent; all stages are set up at once).
+        Set up again, with ``val_fraction``, ``scaling``, ``seed`` or ``clip`` changed
+        since, it splits and scales anew with them (checked as the constructor checks
+        them), rather than serving the splits of the old ones.
 
         Args:
             stage: Lightning stage (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``);
                 ignored.
         """
-        if self.train_dataset is not None:
+        settings = self._split_settings()
+        if self.train_dataset is not None and settings == self._built_with:
             return
+        check_fraction(self._name, "val_fraction", self.val_fraction, include_zero=True)
+        check_choice(self._name, "scaling", self.scaling, _SCALINGS)
+        self._check_int("seed", self.seed, 0)
+        self._check_bool("clip", self.clip)
         x_train, y_train, x_test, y_test = self._locate()()
         self._build(x_train, y_train, x_test, y_test)
+        self._built_with = settings
+
+    def _split_settings(self) -> tuple[object, ...]:
+        """What the splits and the scaling depend on besides the data."""
+        return (self.val_fraction, self.scaling, self.seed, self.clip)
 
     def _build(
         self, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray

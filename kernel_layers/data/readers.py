@@ -81,11 +81,31 @@ def read_arrays(
         if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single .npy array
             raise ValueError(f"it holds a single {type(loaded).__name__}, not an archive")
         with loaded as archive:
+            for name in ("x.npy", "y.npy"):
+                _check_member_size(archive.zip, name)
             return archive["x"], archive["y"]
     except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise ValueError(  # an empty, truncated or foreign file included
             f"{owner}: '{path}' must be a .npz archive of plain arrays 'x' and 'y' ({err})"
         ) from err
+
+
+def _check_member_size(archive: zipfile.ZipFile, name: str) -> None:
+    """Refuse an archive member whose ``.npy`` header claims more bytes than the member
+    holds, before NumPy allocates them (a 300-byte file could claim terabytes)."""
+    with archive.open(name) as member:
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if np.lib.format.read_magic(member) == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read_header(member)
+        claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if claimed > archive.getinfo(name).file_size:
+            raise ValueError(
+                f"its member {name!r} claims shape {shape} of {dtype} ({claimed} bytes) "
+                f"in {archive.getinfo(name).file_size} bytes"
+            )
 
 
 def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +124,7 @@ def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
             outside ``1..7``.
     """
     path = Path(path)
-    with open_maybe_gzip(path) as fh:
+    with open_maybe_gzip(path, "read_covtype_csv") as fh:
         try:
             table = np.loadtxt(fh, delimiter=",", dtype=np.int32, ndmin=2)
         except ValueError as err:

@@ -86,8 +86,8 @@ def read_feature_rows(
         files = image_files(source) if images is None else list(images)
         rows = _read_image_folder(source, files, input_shape, owner, pixel_max)
     elif source.suffix == ".npy":
-        try:
-            loaded = np.load(source, allow_pickle=False)
+        try:  # mapped first: a header claiming more rows than the file holds is refused
+            loaded = np.load(source, mmap_mode="r", allow_pickle=False)  # before any copy
         except (ValueError, EOFError) as err:  # EOFError: an empty or truncated file
             raise ValueError(
                 f"{owner}: cannot read {str(source)!r} as a .npy array without pickles "
@@ -99,7 +99,8 @@ def read_feature_rows(
                 f"{owner}: {str(source)!r} must hold one .npy array, got an .npz archive "
                 f"({type(loaded).__name__})"
             )
-        rows = loaded
+        rows = np.array(loaded)  # in memory, the file's mapping released
+        del loaded
         if rows.dtype.kind not in REAL_KINDS:
             raise ValueError(
                 f"{owner}: {str(source)!r} must hold real numbers, got dtype {rows.dtype}"
@@ -256,35 +257,43 @@ def _read_image_folder(
         )
     images = []
     for file in files:
-        pixels, file_max = _decode_image(file, int(input_shape[0]), owner)
-        if tuple(pixels.shape) != tuple(input_shape):
-            raise ValueError(
-                f"{owner}: image {str(file)!r} must have shape {tuple(input_shape)} "
-                f"(channels, height, width), got {tuple(pixels.shape)}"
-            )
+        pixels, file_max = _decode_image(file, input_shape, owner)
         images.append(pixels * (pixel_max / file_max))
     return np.stack(images)
 
 
-def _loaded_image(file: Path, owner: str) -> Any:
-    """``file`` opened and decoded by PIL (an image to close), or a ``ValueError`` naming
-    it (a truncated or corrupt file, or one that is no image)."""
+def _loaded_image(file: Path, input_shape: Sequence[int], owner: str) -> Any:
+    """``file`` opened and decoded by PIL (an image to close), its height and width
+    those of ``input_shape`` (``(C, H, W)``) checked in its header before any pixel is
+    decoded (a small file can hold an enormous image); or a ``ValueError`` naming it (a
+    truncated or corrupt file, one that is no image, or one of another size)."""
     from PIL import Image
 
     opened = None
     try:
         opened = Image.open(file)
-        opened.load()
-    except (OSError, SyntaxError, ValueError) as err:  # PIL's ways to say "not readable"
+        size = tuple(reversed(opened.size))  # (height, width)
+        if size == tuple(input_shape[1:]):
+            opened.load()
+    # PIL's ways to say "not readable", and its refusal of an image too large to decode
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         if opened is not None:
             opened.close()
         raise ValueError(f"{owner}: cannot read the image {str(file)!r} ({err})") from err
+    if size != tuple(input_shape[1:]):
+        opened.close()
+        raise ValueError(
+            f"{owner}: image {str(file)!r} must have shape {tuple(input_shape)} "
+            f"(channels, height, width), got {(input_shape[0], *size)}"
+        )
     return opened
 
 
-def _decode_image(file: Path, channels: int, owner: str) -> tuple[np.ndarray, float]:
-    """``(pixels np.ndarray[C, H, W] float64, the largest value of the file's mode)``."""
-    with _loaded_image(file, owner) as opened:
+def _decode_image(file: Path, input_shape: Sequence[int], owner: str) -> tuple[np.ndarray, float]:
+    """``(pixels np.ndarray[C, H, W] float64, the largest value of the file's mode)`` of
+    an image of ``input_shape`` (``(C, H, W)``)."""
+    channels = int(input_shape[0])
+    with _loaded_image(file, input_shape, owner) as opened:
         mode = opened.mode
         if mode in _MODE_MAX or (mode == "I" and opened.format == "PNG"):
             # A 16-bit grayscale PNG (PIL names it "I;16" or, in older releases, "I").
