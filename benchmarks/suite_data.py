@@ -39,12 +39,13 @@ DATA = Path(os.environ.get("KERNEL_LAYERS_DATA") or Path(__file__).resolve().par
 Arrays = tuple[np.ndarray, np.ndarray]
 
 
-def read_mlbench_csv(path: Path, *, drop_first: int = 0) -> Arrays:
+def read_mlbench_csv(path: Path, *, drop_first: int = 0, label_first: bool = False) -> Arrays:
     """An ``mlbench_data.py`` CSV: a header row, numeric columns, the class last.
 
     Args:
         path: the CSV file.
         drop_first: number of leading columns to skip (an identifier column).
+        label_first: the class is the first column instead (Letter's layout).
 
     Returns:
         tuple: ``x (np.ndarray[N, D])`` float64 and ``y (np.ndarray[N])`` the class
@@ -65,14 +66,15 @@ def read_mlbench_csv(path: Path, *, drop_first: int = 0) -> Arrays:
             raise ValueError(
                 f"read_mlbench_csv: '{path}' line {line} has {len(row)} columns, the header {width}"
             )
+        label, values = (row[0], row[1:]) if label_first else (row[-1], row[drop_first:-1])
         try:
-            features.append([float(value) for value in row[drop_first:-1]])
+            features.append([float(value) for value in values])
         except ValueError:
             raise ValueError(
                 f"read_mlbench_csv: '{path}' line {line} holds a feature that is not a "
-                f"number: {row[drop_first:-1]}"
+                f"number: {values}"
             ) from None
-        labels.append(row[-1])
+        labels.append(label)
     x = np.asarray(features, dtype=np.float64)
     if not np.all(np.isfinite(x)):
         raise ValueError(f"read_mlbench_csv: '{path}' holds a missing or infinite feature")
@@ -100,13 +102,7 @@ shuttle = _mlbench("Shuttle")
 
 def _letter(data: Path = DATA) -> Arrays:
     """``mlbench/LetterRecognition.csv``: the letter is the first column."""
-    path = data / "mlbench" / "LetterRecognition.csv"
-    with path.open(newline="") as fh:
-        rows = list(csv.reader(fh))[1:]
-    if not rows:
-        raise ValueError(f"letter: '{path}' holds no data rows")
-    x = np.asarray([[float(v) for v in row[1:]] for row in rows], dtype=np.float64)
-    return x, np.asarray([row[0] for row in rows])
+    return read_mlbench_csv(data / "mlbench" / "LetterRecognition.csv", label_first=True)
 
 
 letter = _letter

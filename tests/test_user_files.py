@@ -244,3 +244,30 @@ def test_a_predict_file_is_read_again_at_each_loader(tmp_path: Path) -> None:
     np.save(source, x[:3])
     assert len(next(iter(dm.predict_dataloader()))[0]) == 7
     assert len(next(iter(dm.predict_dataloader()))[0]) == 3
+
+
+def test_a_photo_is_read_upright_as_its_exif_orientation_says(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    stored = np.array([[0, 255, 0], [0, 255, 0]], dtype=np.uint8)  # 2 rows, 3 columns
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned a quarter clockwise: 3 rows, 2 columns
+    Image.fromarray(stored, mode="L").save(folder / "photo.png", exif=exif)
+    got = read_feature_rows(folder, (1, 3, 2), pixel_max=255.0)
+    np.testing.assert_array_equal(got[0].reshape(3, 2), np.rot90(stored, k=-1))
+    with pytest.raises(ValueError, match=r"must have shape \(1, 2, 3\) .*got \(1, 3, 2\)"):
+        read_feature_rows(folder, (1, 2, 3), pixel_max=255.0)
+
+
+def test_an_animation_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    frames = [Image.new("L", (2, 2), 0), Image.new("L", (2, 2), 255)]
+    frames[0].save(folder / "moving.gif", save_all=True, append_images=frames[1:])
+    with pytest.raises(ValueError, match=r"'.*moving.gif' holds 2 frames \(an animation\)"):
+        read_feature_rows(folder, (1, 2, 2), pixel_max=255.0)
+
+
+def test_digit_separators_are_not_numbers(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"line 2 \(could not convert string to float: '1_0'\)"):
+        csv_rows("a,b,c\n1_0,2,3\n")

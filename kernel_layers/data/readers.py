@@ -37,7 +37,7 @@ from kernel_layers.data.network import (
     check_network,
     download_timeout,
 )
-from kernel_layers.data.user_files import read_feature_rows
+from kernel_layers.data.user_files import parse_float, read_feature_rows
 
 __all__ = [
     "DOWNLOAD_TIMEOUT_S",
@@ -126,7 +126,8 @@ def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     path = Path(path)
     with open_maybe_gzip(path, "read_covtype_csv") as fh:
         try:
-            table = np.loadtxt(fh, delimiter=",", dtype=np.int32, ndmin=2)
+            # comments=None: a line "# ..." is not skipped but refused, as any other text
+            table = np.loadtxt(fh, delimiter=",", dtype=np.int32, ndmin=2, comments=None)
         except ValueError as err:
             raise ValueError(
                 f"read_covtype_csv: cannot parse '{path}' as a CSV of integers (the UCI "
@@ -163,7 +164,7 @@ def read_letter_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
             non-numeric feature.
     """
     path = Path(path)
-    rows: list[list[str]] = []
+    rows: list[list[float]] = []
     labels: list[int] = []
     for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         line = line.strip()
@@ -182,9 +183,11 @@ def read_letter_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
                 f"letter A..Z, got {letter!r}"
             )
         labels.append(ord(letter) - ord("A"))
-        rows.append(fields[1:])
-    try:
-        x = np.asarray(rows, dtype=np.float64).reshape(len(rows), LETTER_COLUMNS - 1)
-    except ValueError as err:
-        raise ValueError(f"read_letter_csv: non-numeric feature in '{path}': {err}") from None
+        try:
+            rows.append([parse_float(field) for field in fields[1:]])
+        except ValueError as err:
+            raise ValueError(
+                f"read_letter_csv: non-numeric feature on line {lineno} of '{path}': {err}"
+            ) from None
+    x = np.asarray(rows, dtype=np.float64).reshape(len(rows), LETTER_COLUMNS - 1)
     return x, np.asarray(labels, dtype=np.int64)

@@ -154,7 +154,7 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
     rows = []
     for number, fields in lines:
         try:
-            rows.append([float(field) for field in fields])
+            rows.append([parse_float(field) for field in fields])
         except ValueError as err:
             raise ValueError(
                 f"{owner}: cannot read {source!r} as comma-separated numbers: line {number} ({err})"
@@ -162,7 +162,7 @@ def csv_rows(text: str, *, owner: str = "csv_rows", source: str = "the CSV") -> 
         if not all(np.isfinite(rows[-1])):
             raise ValueError(
                 f"{owner}: every value of {source!r} must be finite, line {number} holds "
-                f"{next(f for f in fields if not np.isfinite(float(f)))!r}"
+                f"{next(f for f in fields if not np.isfinite(parse_float(f)))!r}"
             )
         if len(rows[-1]) != len(rows[0]):
             raise ValueError(
@@ -196,7 +196,7 @@ def _is_header(fields: list[str], owner: str, source: str) -> bool:
             f"missing value ({missing!r}) among numbers"
             + (index if fields[0] == "" and len(fields) > 1 else "")
         )
-    values = [float(field) for field in fields]
+    values = [parse_float(field) for field in fields]
     if values != [float(i) for i in range(len(values))]:
         return False
     if len(values) < MIN_NUMERIC_HEADER:
@@ -211,10 +211,22 @@ def _is_header(fields: list[str], owner: str, source: str) -> bool:
 
 def _is_number(field: str) -> bool:
     try:
-        float(field)
+        parse_float(field)
     except ValueError:
         return False
     return True
+
+
+def parse_float(field: str) -> float:
+    """``float(field)``, but without Python's digit separators (``1_000``), which no CSV
+    writer emits: such a field is not a number.
+
+    Raises:
+        ValueError: ``field`` is not a number.
+    """
+    if "_" in field:
+        raise ValueError(f"could not convert string to float: {field!r}")
+    return float(field)
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -262,25 +274,47 @@ def _read_image_folder(
     return np.stack(images)
 
 
+#: The EXIF tag of a camera's rotation, and its values that turn the image a quarter.
+_ORIENTATION = 0x0112
+_QUARTER_TURNS = (5, 6, 7, 8)
+
+
 def _loaded_image(file: Path, input_shape: Sequence[int], owner: str) -> Any:
-    """``file`` opened and decoded by PIL (an image to close), its height and width
+    """``file`` opened and decoded by PIL (an image to close), turned upright as its
+    EXIF orientation says (as viewers show a camera's photo), its height and width
     those of ``input_shape`` (``(C, H, W)``) checked in its header before any pixel is
     decoded (a small file can hold an enormous image); or a ``ValueError`` naming it (a
-    truncated or corrupt file, one that is no image, or one of another size)."""
-    from PIL import Image
+    truncated or corrupt file, one that is no image, an animation, or an image of
+    another size)."""
+    from PIL import Image, ImageOps
 
     opened = None
     try:
         opened = Image.open(file)
-        size = tuple(reversed(opened.size))  # (height, width)
-        if size == tuple(input_shape[1:]):
-            opened.load()
+        want, stored = tuple(input_shape[1:]), opened.size[::-1]  # (height, width)
+        frames, size = getattr(opened, "n_frames", 1), stored
+        if frames == 1 and want in (stored, stored[::-1]):  # else refused undecoded
+            turn = opened.getexif().get(_ORIENTATION, 1)  # a camera's rotation, as shown
+            size = stored[::-1] if turn in _QUARTER_TURNS else stored
+            if size == want:
+                opened.load()
+                if turn != 1:
+                    upright = ImageOps.exif_transpose(opened)
+                    upright.format = opened.format  # read by the 16-bit check
+                    opened.close()
+                    return upright
     # PIL's ways to say "not readable", and its refusal of an image too large to decode
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         if opened is not None:
             opened.close()
         raise ValueError(f"{owner}: cannot read the image {str(file)!r} ({err})") from err
-    if size != tuple(input_shape[1:]):
+    if frames > 1:
+        opened.close()
+        raise ValueError(
+            f"{owner}: image {str(file)!r} holds {frames} frames (an animation); save "
+            "each frame as an image of its own"
+        )
+    if size != want:
         opened.close()
         raise ValueError(
             f"{owner}: image {str(file)!r} must have shape {tuple(input_shape)} "

@@ -68,6 +68,12 @@ def test_letter_takes_the_letter_from_the_first_column(tmp_path: Path) -> None:
     assert x.dtype == np.float64
     np.testing.assert_array_equal(x, [[2.0, 8.0], [5.0, 12.0]])
     assert list(y) == ["T", "I"]
+    _write(tmp_path, "LetterRecognition", "lettr,x.box,y.box", ["A,nan,1", "B,2,3"])
+    with pytest.raises(ValueError, match=r"'.*LetterRecognition.csv' holds a missing or infin"):
+        suite_data.LOADERS["letter"](tmp_path)
+    _write(tmp_path, "LetterRecognition", "lettr,x.box,y.box", ["A,1,2", "B,2"])
+    with pytest.raises(ValueError, match=r"line 3 has 2 columns, the header 3"):
+        suite_data.LOADERS["letter"](tmp_path)
 
 
 def test_covtype_reads_the_gzip_uci_file_with_labels_from_zero(tmp_path: Path) -> None:
