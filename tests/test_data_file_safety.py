@@ -228,3 +228,21 @@ def test_an_image_of_another_size_is_refused_from_its_header(tmp_path) -> None:
         ):
             read_feature_rows(folder, (1, 8, 8), pixel_max=16.0)
     assert decoded == []
+
+
+def test_an_idx_header_of_more_bytes_than_int64_holds_is_named_exactly(tmp_path) -> None:
+    path = tmp_path / "huge.idx"
+    path.write_bytes(struct.pack(">BBBB4I", 0, 0, 0x08, 4, *(65536,) * 4))
+    with pytest.raises(ValueError, match=r"is truncated: .* \(18446744073709551616 bytes\)"):
+        read_idx(path)
+
+
+def test_covtype_csv_with_a_byte_order_mark_or_cr_line_ends_is_read(tmp_path) -> None:
+    from kernel_layers.data.readers import read_covtype_csv
+
+    rows = [",".join(["1"] * 54 + ["2"]), ",".join(["2"] * 54 + ["3"])]
+    (tmp_path / "bom.csv").write_text("\n".join(rows) + "\n", encoding="utf-8-sig")
+    (tmp_path / "cr.csv").write_bytes(("\r".join(rows) + "\r").encode())
+    for name in ("bom.csv", "cr.csv"):
+        x, y = read_covtype_csv(tmp_path / name)
+        assert x.shape == (2, 54) and y.tolist() == [1, 2], name

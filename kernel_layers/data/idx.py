@@ -9,6 +9,7 @@ dimensions, then the values in big-endian order. Images use ``0x00000803`` (``ui
 from __future__ import annotations
 
 import gzip
+import math
 import os
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
         raise ValueError(f"read_idx: '{path}' is truncated inside its header")
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     dtype = np.dtype(IDX_DTYPES[type_code])
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python integers: no overflow for any header
     payload = len(raw) - header
     if payload != count * dtype.itemsize:
         short = payload < count * dtype.itemsize

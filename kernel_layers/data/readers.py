@@ -20,6 +20,7 @@ Formats:
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zipfile
 import zlib
@@ -127,7 +128,9 @@ def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     with open_maybe_gzip(path, "read_covtype_csv") as fh:
         try:
             # comments=None: a line "# ..." is not skipped but refused, as any other text
-            table = np.loadtxt(fh, delimiter=",", dtype=np.int32, ndmin=2, comments=None)
+            # read as text: a byte-order mark dropped, "\r" line ends understood
+            text = io.TextIOWrapper(fh, encoding="utf-8-sig", newline=None)
+            table = np.loadtxt(text, delimiter=",", dtype=np.int32, ndmin=2, comments=None)
         except ValueError as err:
             raise ValueError(
                 f"read_covtype_csv: cannot parse '{path}' as a CSV of integers (the UCI "
