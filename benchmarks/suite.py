@@ -34,7 +34,7 @@ Figures per (data set, method): ``acc`` (test accuracy, %), ``fit_s`` (wall-cloc
 seconds), ``train_rows``, ``test_rows``. CovType runs on stratified subsamples of its
 split (``ROWS``: 100,000 training and 50,000 test rows); where an exact SVC would not fit
 in time even then (``SUBSAMPLE``: CovType's ``svc`` on 30,000 rows, ``svc_cv`` on 10,000,
-and ``di_trained``, whose Lightning run of at most 100 epochs on a shared 2-core machine
+and ``di_trained``, whose Lightning run of at most 100 epochs on one thread
 would not either, on 20,000), it is trained on a stratified subsample of the training rows
 and tested on all test rows. Every method runs with one thread (``OMP_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``), so that times compare.

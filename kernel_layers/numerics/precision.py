@@ -58,19 +58,17 @@ NARROW_INPUT_WIDTH = 64
 
 #: A Gram matrix formed in float32 is recomputed in float64 when its round-off estimate
 #: (:func:`roundoff_estimate`) exceeds this, or when the float32 ``S`` is not positive
-#: definite at all (nearly rank-deficient features): above it float32 DI of rank-5-plus-
-#: noise features erred by up to 6e-2. Below it the relative error is of the order of
-#: the estimate (up to about twice it: 8.5e-4 at an estimate of 5.3e-4 on Gaussian
-#: features with a scatter of condition 7.5e6); DI-trained Fourier / Nystrom features of
-#: digits stay far below it, with errors under 4e-6. Float64 features are exact to
-#: float64 round-off.
+#: definite at all (nearly rank-deficient features): above it float32 DI of nearly
+#: rank-deficient features can err by percents. Below it the relative error is of the
+#: order of the estimate; the DI of the benchmarks' rows is within the agreement table's
+#: bound (benchmarks/README.md).
+#: Float64 features are exact to float64 round-off.
 GRAM_PRECISION_LIMIT = 3e-3
 
 #: A float32 scatter is factorised, and solved, in float32 when its round-off estimate
-#: is at most this (no float64 copy; see benchmarks/di_step.py). Within it the float32
-#: factorisation moved DI of float32 Fourier features of CovType rows by at most 3.8e-6
-#: relative, by up to 3.8e-5 above it. Above it the float64 factorisation is used; 0
-#: turns the float32 factorisation off.
+#: is at most this (no float64 copy; see benchmarks/di_step.py, whose agreement table
+#: measures float32 DI against float64 on real rows). Above it the float64
+#: factorisation is used; 0 turns the float32 factorisation off.
 FLOAT32_FACTOR_LIMIT = 3e-4
 
 #: What overflows beyond :func:`sum_limit` (for messages).

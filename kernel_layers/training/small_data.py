@@ -5,8 +5,7 @@ Measured on the small-data suite (benchmarks/README.md): with fewer than
 and the last epoch can end below the untrained map on held-out rows (Pima: 76.32 %
 against 76.67 % over ten seeds). Keeping the best epoch on the validation rows, the
 untrained map a candidate, keeps the model at or above the untrained map on validation.
-With many batches per epoch each step sees other rows and the last epoch is kept, as
-before.
+With many batches per epoch each step sees other rows, and the last epoch is kept.
 """
 
 from __future__ import annotations
