@@ -176,6 +176,13 @@ def test_a_gzip_bomb_is_refused_before_it_fills_memory(tmp_path, monkeypatch) ->
         fh.write(b"\n" * 8 * 2**20)
     with pytest.raises(ValueError, match=r"'.*rows.csv' expands to more than"):
         gzipped.read_text(csv_bomb)
+    from kernel_layers.data.readers import read_covtype_csv
+
+    covtype = tmp_path / "covtype.data.gz"  # valid lines, streamed: bounded all the same
+    with gzip.open(covtype, "wb", compresslevel=9) as fh:
+        fh.write((",".join(["1"] * 54 + ["2"]) + "\n").encode() * 80_000)  # 9 MiB
+    with pytest.raises(ValueError, match=r"'.*covtype.data.gz' expands to more than"):
+        read_covtype_csv(covtype)
 
 
 def test_only_regular_files_are_read(tmp_path) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kernel_layers import (
+    EnsembleNystrom,
     FastfoodLayer,
     FourierLayer,
     NystromLayer,
@@ -109,3 +110,28 @@ def test_a_map_pickled_with_plain_gamma_attributes_loads(cls: type) -> None:
     old.__setstate__(state)
     x = torch.rand(3, 4)
     assert torch.equal(old(x), layer(x)) and old.gamma == layer.gamma
+
+
+def test_a_new_gamma_reaches_every_map_of_an_ensemble() -> None:
+    ensemble = EnsembleNystrom(3, [6, 6], gamma=1.0, seed=0, dtype=torch.float64)
+    ensemble.gamma = 4.0
+    assert [m.gamma for m in ensemble.maps] == [4.0, 4.0]
+    rebuilt = EnsembleNystrom(**ensemble.get_config(), dtype=torch.float64)
+    rebuilt.load_state_dict(ensemble.state_dict())
+    x = torch.rand(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(rebuilt(x), ensemble(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make", [FourierLayer, FastfoodLayer])
+def test_a_map_drawn_from_gamma_refuses_a_new_one(make) -> None:
+    layer = make(3, 8, gamma=1.0, seed=0)
+    with pytest.raises(AttributeError, match=r"'gamma' is fixed once the map is built .*"):
+        layer.gamma = 2.0
+    assert layer.gamma == 1.0
+
+
+def test_an_ensemble_of_float64_landmarks_weighs_in_float64() -> None:
+    landmarks = [torch.rand(4, 3, dtype=torch.float64) for _ in range(2)]
+    ensemble = EnsembleNystrom(3, [4, 4], landmarks=landmarks, weights=[1.0, 2.0])
+    assert ensemble.weights.dtype == torch.float64
+    torch.testing.assert_close(ensemble.weights, torch.tensor([1 / 3, 2 / 3], dtype=torch.float64))

@@ -9,11 +9,12 @@ a thousand.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import stat
 import zlib
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["EXPANSION_FLOOR", "MAX_EXPANSION", "open_maybe_gzip", "read_bytes", "read_text"]
 
@@ -34,9 +35,33 @@ def _check_regular(path: Path, owner: str | None) -> None:
         raise ValueError(f"{prefix}'{path}' must be a regular file, got a {kind}")
 
 
-def open_maybe_gzip(path: Path, owner: str | None = None) -> IO[bytes] | gzip.GzipFile:
+class _Bounded(io.RawIOBase):
+    """A gzip stream that raises once it has given more than ``limit`` bytes."""
+
+    def __init__(self, inner: gzip.GzipFile, limit: int, message: str) -> None:
+        super().__init__()
+        self._inner, self._limit, self._message, self._given = inner, limit, message, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._inner.readinto(buffer)
+        self._given += count
+        if self._given > self._limit:
+            raise ValueError(self._message)
+        return count
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+def open_maybe_gzip(path: Path, owner: str | None = None) -> IO[bytes]:
     """Open ``path`` (a regular file) for binary reading, decompressing if it starts
-    with the gzip magic.
+    with the gzip magic; a gzip stream raises a ``ValueError`` once it has expanded to
+    more than :data:`MAX_EXPANSION` times the file's size (at least
+    :data:`EXPANSION_FLOOR` bytes).
 
     Raises:
         ValueError: ``path`` is not a regular file.
@@ -44,9 +69,15 @@ def open_maybe_gzip(path: Path, owner: str | None = None) -> IO[bytes] | gzip.Gz
     _check_regular(path, owner)
     with open(path, "rb") as fh:
         head = fh.read(2)
-    if head == _GZIP_MAGIC:
-        return gzip.GzipFile(path, "rb")
-    return open(path, "rb")
+    if head != _GZIP_MAGIC:
+        return open(path, "rb")
+    limit = max(MAX_EXPANSION * os.path.getsize(path), EXPANSION_FLOOR)
+    prefix = f"{owner}: " if owner else ""
+    message = (
+        f"{prefix}'{path}' expands to more than {limit} bytes, over {MAX_EXPANSION} times "
+        "its size: not a data file (a decompression bomb?)"
+    )
+    return io.BufferedReader(_Bounded(gzip.GzipFile(path, "rb"), limit, message), _CHUNK)
 
 
 def read_bytes(path: Path, owner: str | None = None) -> bytes:
@@ -60,23 +91,9 @@ def read_bytes(path: Path, owner: str | None = None) -> bytes:
         ValueError: not a regular file, a truncated or corrupt gzip file, or one that
             expands beyond :data:`MAX_EXPANSION` times its size.
     """
-    limit = max(MAX_EXPANSION * os.path.getsize(path), EXPANSION_FLOOR)
     try:
         with open_maybe_gzip(path, owner) as fh:
-            if not isinstance(fh, gzip.GzipFile):
-                return fh.read()  # a regular file: its size on disk
-            chunks, size = [], 0
-            while chunk := fh.read(_CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    prefix = f"{owner}: " if owner else ""
-                    raise ValueError(
-                        f"{prefix}'{path}' expands to more than {limit} bytes, over "
-                        f"{MAX_EXPANSION} times its size: not a data file (a "
-                        "decompression bomb?)"
-                    )
-                chunks.append(chunk)
-            return b"".join(chunks)
+            return fh.read()
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         prefix = f"{owner}: " if owner else ""
         raise ValueError(

@@ -124,7 +124,7 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
             _check_landmarks(owner, landmarks, self.sizes, self.in_features)
             for i, z in enumerate(landmarks):  # in the kernel's input domain, if it has one
                 self.kernel_spec.validate_input(owner, f"landmarks[{i}]", z)
-        self.register_buffer("weights", _check_weights(owner, weights, self.num_maps, dtype))
+        checked = _check_weights(owner, weights, self.num_maps, torch.float64)
         self.maps = nn.ModuleList(
             NystromLayer(
                 self.in_features,
@@ -141,6 +141,14 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
             )
             for i, size in enumerate(self.sizes)
         )
+        # in the maps' dtype (float64 landmarks given: float64 weights) and on their device
+        first = cast(NystromLayer, self.maps[0]).landmarks
+        self.register_buffer("weights", checked.to(dtype=first.dtype, device=first.device))
+
+    def _on_gamma(self, value: float) -> None:
+        """Every map approximates the ensemble's kernel: a new ``gamma`` is theirs too."""
+        for m in getattr(self, "maps", ()):
+            m.gamma = value
 
     def get_config(self) -> dict[str, object]:
         """Constructor settings as primitives (landmarks and weights: the state dict)."""

@@ -103,7 +103,7 @@ class FastfoodLayer(KernelFeatureMap):
         super().__init__(in_features, out_features)
         owner = type(self).__name__
         device, dtype = check_factory(owner, device, dtype)
-        self.gamma = check_positive(owner, "gamma", gamma)
+        self._gamma = check_positive(owner, "gamma", gamma)
         self.trainable = check_bool(owner, "trainable", trainable)
         self.padded = 1 << (self.in_features - 1).bit_length()  # d' = a power of two
         self.num_blocks = math.ceil(self.out_features / self.padded)
@@ -171,6 +171,25 @@ class FastfoodLayer(KernelFeatureMap):
             phase = self.projections(upcast(flat)) + upcast(self.phases)
             out = torch.cos(phase) * math.sqrt(2.0 / self.out_features)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    @property
+    def gamma(self) -> float:
+        """The Gaussian kernel's ``gamma``, fixed once built (``S`` and ``G`` were drawn
+        at its scale)."""
+        return self._gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        raise AttributeError(
+            f"{type(self).__name__}: argument 'gamma' is fixed once the map is built (its "
+            f"parameters were drawn at gamma={self._gamma:g}), got {value!r}; build a new "
+            f"{type(self).__name__}(..., gamma={value!r})"
+        )
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        if "gamma" in state:  # a map pickled when gamma was a plain attribute
+            state["_gamma"] = state.pop("gamma")
+        super().__setstate__(state)
 
     def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
         """``exp(-gamma ||x - z||^2) (Tensor[B, n])``, the Gaussian kernel the features

@@ -170,6 +170,8 @@ class FourierLayer(KernelChoice, Bandwidths, KernelFeatureMap):
         x (Tensor[..., D]) -> Tensor[..., J].
     """
 
+    _gamma_fixed = True  # the frequencies were drawn at its scale
+
     block_mask: Tensor | None
 
     def __init__(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import ClassVar
 
 from torch import Tensor
 
@@ -19,13 +20,17 @@ class KernelChoice:
     Attributes:
         kernel (str): the kernel's name.
         gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention);
-            assigning a new value checks it.
+            assigning a new value checks it (and is refused by the maps whose parameters
+            were drawn from it).
         kernel_params (Mapping[str, float]): further kernel parameters, defaults filled
             in; read-only (the kernel is bound to them when the map is built).
     """
 
     kernel: str
     _gamma: float
+    #: Whether the map's parameters were drawn from ``gamma`` (random Fourier
+    #: frequencies): a new value is then refused instead of leaving them at the old one.
+    _gamma_fixed: ClassVar[bool] = False
     _kernel_params: dict[str, float]
     _kernel: Kernel
 
@@ -43,7 +48,19 @@ class KernelChoice:
 
     @gamma.setter
     def gamma(self, value: float) -> None:
-        self._gamma = check_positive(type(self).__name__, "gamma", value)
+        owner = type(self).__name__
+        checked = check_positive(owner, "gamma", value)
+        if self._gamma_fixed and getattr(self, "_gamma", None) is not None:
+            raise AttributeError(
+                f"{owner}: argument 'gamma' is fixed once the map is built (its parameters "
+                f"were drawn at gamma={self._gamma:g}), got {value!r}; build a new "
+                f"{owner}(..., gamma={checked:g})"
+            )
+        self._gamma = checked
+        self._on_gamma(checked)
+
+    def _on_gamma(self, value: float) -> None:
+        """What a new ``gamma`` changes besides the kernel (sub-maps take it too)."""
 
     @property
     def kernel_params(self) -> Mapping[str, float]:
