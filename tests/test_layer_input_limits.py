@@ -135,3 +135,16 @@ def test_an_ensemble_of_float64_landmarks_weighs_in_float64() -> None:
     ensemble = EnsembleNystrom(3, [4, 4], landmarks=landmarks, weights=[1.0, 2.0])
     assert ensemble.weights.dtype == torch.float64
     torch.testing.assert_close(ensemble.weights, torch.tensor([1 / 3, 2 / 3], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_polynomial_kernels_limit_keeps_its_features_finite(dtype: torch.dtype) -> None:
+    layer = NystromLayer(3, 4, kernel="polynomial", kernel_params={"degree": 3}, seed=0)
+    layer = layer.to(dtype)
+    limit = layer.input_limit()
+    # float64 reference: (gamma D L^2 + coef0)^3 at the limit L is the dtype's largest
+    assert (1.0 * 3 * limit**2 + 1.0) ** 3 == pytest.approx(torch.finfo(dtype).max, rel=1e-6)
+    near = torch.full((2, 3), 0.99 * limit, dtype=dtype)
+    assert torch.isfinite(layer(near)).all()
+    with pytest.raises(ValueError, match=r"overflow the powers of inner products"):
+        layer(torch.full((2, 3), 2 * limit, dtype=dtype))

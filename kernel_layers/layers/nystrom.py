@@ -29,6 +29,7 @@ from kernel_layers.numerics.precision import (
     autocast_off,
     data_limit,
     kernel_dtype,
+    power_limit,
     upcast,
 )
 from kernel_layers.objectives import DEFAULT_RHO, nystrom_discriminant_information
@@ -343,9 +344,15 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         return self.landmarks
 
     def input_limit(self) -> float:
-        """The largest input magnitude whose squared distances to the landmarks stay
-        finite in the landmarks' (upcast) dtype (see :meth:`KernelFeatureMap.input_limit`)."""
-        return self._distance_limit(self.landmarks, self.in_features)
+        """The largest input magnitude whose squared distances to the landmarks (for the
+        polynomial kernel, whose powers of inner products) stay finite in the landmarks'
+        (upcast) dtype (see :meth:`KernelFeatureMap.input_limit`)."""
+        limit = self._distance_limit(self.landmarks, self.in_features)
+        if self.kernel != "polynomial":
+            return limit
+        degree, coef0 = int(self.kernel_params["degree"]), self.kernel_params["coef0"]
+        dtype = upcast(self.landmarks).dtype
+        return min(limit, power_limit(dtype, self.in_features, self.gamma, degree, coef0))
 
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` Nystrom features.
@@ -360,8 +367,9 @@ class NystromLayer(KernelChoice, Bandwidths, RankTruncation, ProjectionCache, Ke
         product, and exported graphs (ONNX) hold ``P`` as a constant.
         """
         owner = type(self).__name__
+        what = "powers of inner products" if self.kernel == "polynomial" else "squared distances"
         self._check_input(
-            x, self.landmarks, why="larger ones overflow the squared distances to the landmarks"
+            x, self.landmarks, why=f"larger ones overflow the {what} to the landmarks"
         )
         with autocast_off(x):  # distances and solves never run in low precision
             flat = check_dtype(owner, "x", x.reshape(-1, self.in_features), self.landmarks.dtype)

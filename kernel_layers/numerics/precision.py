@@ -37,6 +37,7 @@ __all__ = [
     "data_limit",
     "distance_limit",
     "kernel_dtype",
+    "power_limit",
     "roundoff_estimate",
     "square_sum_limit",
     "sum_limit",
@@ -134,6 +135,15 @@ def distance_limit(dtype: torch.dtype, width: int) -> float:
     if not dtype.is_floating_point:  # refused by the dtype check that follows
         return math.inf
     return math.sqrt(torch.finfo(dtype).max / (4.0 * max(width, 1)))
+
+
+def power_limit(dtype: torch.dtype, width: int, gamma: float, degree: int, coef0: float) -> float:
+    """The largest input magnitude whose polynomial kernel ``(gamma x^T z + coef0)^degree``
+    over ``width`` dimensions (points within that magnitude) stays finite in ``dtype``."""
+    if not dtype.is_floating_point:
+        return math.inf
+    root = torch.finfo(dtype).max ** (1.0 / degree) - coef0
+    return math.sqrt(max(root, 0.0) / (gamma * max(width, 1)))
 
 
 def data_limit(x: object) -> float:
