@@ -133,9 +133,10 @@ def missing_monitor_message(
     by ``when``."""
     available = ", ".join(f"'{k}'" for k in logs) or "(none)"
     why = (
-        " The model logs 'val/di' only for validation batches of more rows than its feature"
-        " width (the DI of fewer rows sits at its ceiling): use larger validation batches,"
-        " a narrower map or another metric."
+        " A KernelClassifier logs 'val/di' only with objective='di', and only for validation"
+        " batches of more rows than its feature width (the DI of fewer rows sits at its"
+        " ceiling): train by DI, use larger validation batches or a narrower map, or watch"
+        " another metric."
         if monitor == "val/di"
         else " A value logged with `self.log(name, ..., on_step=True, on_epoch=True)` is"
         " exposed as '<name>_epoch'; pass `monitor=` one of the available keys (or"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +13,8 @@ __all__ = ["fresh_file", "replacing"]
 
 #: Names tried for the temporary file before giving up (each is new with near certainty).
 _TRIES = 16
+#: Characters of the target's name kept in the temporary file's.
+_NAME_KEPT = 200
 
 
 def fresh_file(path: Path) -> Path:
@@ -22,8 +25,9 @@ def fresh_file(path: Path) -> Path:
     file gets the permissions the umask gives new files.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    stem = path.name[:_NAME_KEPT]  # a name within the file system's 255 bytes
     for _ in range(_TRIES):
-        candidate = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        candidate = path.with_name(f".{stem}.{secrets.token_hex(6)}.tmp")
         try:
             os.close(os.open(candidate, flags, 0o666))
         except FileExistsError:
@@ -36,12 +40,17 @@ def fresh_file(path: Path) -> Path:
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a new empty temporary file beside ``path`` to write, then rename it over
     ``path`` (atomic within a folder: ``path`` is either as it was or whole). The folder
-    is created if missing; the temporary file is removed if the block raises."""
+    is created if missing and must be writable; the temporary file is removed if the
+    block raises. An existing file's permissions are kept. A link at ``path`` is
+    replaced by the file, not followed (a link planted in a data folder cannot redirect
+    the write), and a hard link to it keeps the old content."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = fresh_file(target)
     try:
         yield scratch
+        if target.is_file() and not target.is_symlink():
+            os.chmod(scratch, stat.S_IMODE(os.stat(target).st_mode))
         os.replace(scratch, target)
     finally:
         scratch.unlink(missing_ok=True)  # gone after the rename; a failed write's leftover

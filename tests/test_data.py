@@ -886,3 +886,12 @@ def test_setup_after_a_changed_setting_splits_and_scales_anew() -> None:
     dm.val_fraction = 1.5
     with pytest.raises(ValueError, match=r"argument 'val_fraction' must be in \[0, 1\), got 1.5"):
         dm.setup()
+
+
+def test_a_module_pickled_before_it_recorded_its_settings_sets_up() -> None:
+    x, y = np.random.default_rng(0).random((20, 3)), np.arange(20) % 2
+    dm = TensorDataModule(x, y, x[:6], y[:6])
+    dm.setup()
+    del dm._built_with  # as unpickled from an older version
+    dm.setup()
+    assert len(dm.train_dataset) == 18

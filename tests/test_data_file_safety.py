@@ -164,6 +164,7 @@ def test_a_gzip_bomb_is_refused_before_it_fills_memory(tmp_path, monkeypatch) ->
     from kernel_layers.data.readers import read_idx
 
     monkeypatch.setattr(gzipped, "EXPANSION_FLOOR", 2**20)  # 1 MiB, not 64 MiB
+    monkeypatch.setattr(gzipped, "MAX_EXPANSION", 100)  # zeros compress about 1000 times
     header = struct.pack(">BBBBI", 0, 0, 0x08, 1, 10)  # ten unsigned-byte labels...
     bomb = tmp_path / "labels.gz"
     with gzip.open(bomb, "wb", compresslevel=9) as fh:
@@ -253,3 +254,35 @@ def test_covtype_csv_with_a_byte_order_mark_or_cr_line_ends_is_read(tmp_path) ->
     for name in ("bom.csv", "cr.csv"):
         x, y = read_covtype_csv(tmp_path / name)
         assert x.shape == (2, 54) and y.tolist() == [1, 2], name
+
+
+def test_a_sparse_table_that_compresses_hundreds_of_times_is_read(tmp_path, monkeypatch) -> None:
+    from kernel_layers.data import gzipped
+
+    monkeypatch.setattr(gzipped, "EXPANSION_FLOOR", 2**20)
+    rows = np.eye(200, dtype=int)[np.random.default_rng(0).integers(0, 200, 3000)]
+    text = "\n".join(",".join(map(str, row)) for row in rows) + "\n"  # 1.2 MB of one-hot
+    sparse = tmp_path / "onehot.csv.gz"
+    with gzip.open(sparse, "wt", compresslevel=9) as fh:
+        fh.write(text)
+    ratio = len(text) / sparse.stat().st_size
+    assert 100 < ratio < gzipped.MAX_EXPANSION, ratio
+    assert gzipped.read_text(sparse, "reader") == text
+
+
+def test_a_rewritten_file_keeps_its_permissions_and_a_long_name_is_written(tmp_path) -> None:
+    import os
+    import stat
+
+    from kernel_layers._files import replacing
+
+    private = tmp_path / "preds.csv"
+    private.write_text("old")
+    os.chmod(private, 0o600)
+    with replacing(private) as scratch:
+        scratch.write_text("new")
+    assert private.read_text() == "new" and stat.S_IMODE(private.stat().st_mode) == 0o600
+    long = tmp_path / ("p" * 250 + ".csv")  # 254 bytes: as long as a name may be
+    with replacing(long) as scratch:
+        scratch.write_text("x")
+    assert long.read_text() == "x"

@@ -375,3 +375,12 @@ def test_export_onnx_refuses_bad_arguments_by_name_and_keeps_the_file(
         export_onnx(predictor, target, example)  # type: ignore[arg-type]
     assert target.read_bytes() == b"an earlier export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_a_map_built_under_inference_mode_runs_in_eval_mode() -> None:
+    x = torch.rand(3, 8)
+    with torch.inference_mode():
+        layer = NystromLayer(8, 4, seed=0).eval()
+        first, again = layer(x), layer(x)
+    torch.testing.assert_close(first, again, rtol=0, atol=0)
+    torch.testing.assert_close(first, NystromLayer(8, 4, seed=0).eval()(x), rtol=0, atol=0)

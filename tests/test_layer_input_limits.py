@@ -127,6 +127,9 @@ def test_a_map_drawn_from_gamma_refuses_a_new_one(make) -> None:
     layer = make(3, 8, gamma=1.0, seed=0)
     with pytest.raises(AttributeError, match=r"'gamma' is fixed once the map is built .*"):
         layer.gamma = 2.0
+    with pytest.raises(ValueError, match=r"argument 'gamma' must be a finite number > 0"):
+        layer.gamma = -1.0
+    layer.gamma = 1.0  # its own value: nothing changes
     assert layer.gamma == 1.0
 
 

@@ -105,8 +105,8 @@ def test_a_callback_on_val_di_that_is_never_logged_says_why(
     trainer = make_trainer(max_epochs=2, callbacks=[PlateauDecay(monitor="val/di")])
     with pytest.raises(
         RuntimeError,
-        match=r"'val/di' is not in trainer.callback_metrics .* logs 'val/di' only for "
-        r"validation batches of more rows than its feature width",
+        match=r"'val/di' is not in trainer.callback_metrics .* logs 'val/di' only with "
+        r"objective='di', and only for validation batches of more rows than its feature",
     ):
         trainer.fit(model, train, val)
 

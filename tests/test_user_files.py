@@ -271,3 +271,13 @@ def test_an_animation_is_refused(tmp_path: Path) -> None:
 def test_digit_separators_are_not_numbers(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"line 2 \(could not convert string to float: '1_0'\)"):
         csv_rows("a,b,c\n1_0,2,3\n")
+
+
+def test_a_cameras_mpo_jpeg_is_read_as_its_first_picture(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    first = Image.fromarray(np.full((4, 6, 3), 200, dtype=np.uint8))
+    second = Image.fromarray(np.zeros((4, 6, 3), dtype=np.uint8))  # a depth map, say
+    first.save(folder / "photo.jpg", format="MPO", save_all=True, append_images=[second])
+    got = read_feature_rows(folder, (3, 4, 6), pixel_max=255.0)
+    assert np.abs(got - 200).max() <= 2  # JPEG's round-off

@@ -235,7 +235,8 @@ class ArrayDataModule(PredictSource, LightningDataModule):
                 ignored.
         """
         settings = self._split_settings()
-        if self.train_dataset is not None and settings == self._built_with:
+        # getattr: a module pickled before it recorded its settings
+        if self.train_dataset is not None and settings == getattr(self, "_built_with", settings):
             return
         check_fraction(self._name, "val_fraction", self.val_fraction, include_zero=True)
         check_choice(self._name, "scaling", self.scaling, _SCALINGS)

@@ -2,8 +2,9 @@
 
 Only regular files are read (a link to ``/dev/zero`` never ends), and a gzip file is
 decompressed only up to :data:`MAX_EXPANSION` times its size (at least
-:data:`EXPANSION_FLOOR` bytes): data sets compress 4 to 10 times, a decompression bomb
-a thousand.
+:data:`EXPANSION_FLOOR` bytes): data sets compress 4 to 10 times, sparse one-hot tables
+a few hundred, while deflate's limit, which a decompression bomb of one layer reaches,
+is about 1030.
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["EXPANSION_FLOOR", "MAX_EXPANSION", "open_maybe_gzip", "read_bytes", "read_text"]
+__all__ = [
+    "EXPANSION_FLOOR",
+    "MAX_EXPANSION",
+    "ExpansionLimitError",
+    "open_maybe_gzip",
+    "read_bytes",
+    "read_text",
+]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 #: A gzip file is refused once it has expanded to more than this many times its size...
-MAX_EXPANSION = 100
+MAX_EXPANSION = 1000
 #: ... and more than this many bytes.
 EXPANSION_FLOOR = 64 * 2**20
 _CHUNK = 2**20
@@ -33,6 +41,10 @@ def _check_regular(path: Path, owner: str | None) -> None:
         prefix = f"{owner}: " if owner else ""
         kind = "directory" if stat.S_ISDIR(mode) else "device, pipe or socket"
         raise ValueError(f"{prefix}'{path}' must be a regular file, got a {kind}")
+
+
+class ExpansionLimitError(ValueError):
+    """A gzip file that expands beyond :data:`MAX_EXPANSION` times its size."""
 
 
 class _Bounded(io.RawIOBase):
@@ -49,7 +61,7 @@ class _Bounded(io.RawIOBase):
         count = self._inner.readinto(buffer)
         self._given += count
         if self._given > self._limit:
-            raise ValueError(self._message)
+            raise ExpansionLimitError(self._message)
         return count
 
     def close(self) -> None:
@@ -101,15 +113,16 @@ def read_bytes(path: Path, owner: str | None = None) -> bytes:
         ) from err
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, owner: str | None = None) -> str:
     """The UTF-8 text of ``path`` (decompressed if gzipped; a byte-order mark, as
     spreadsheets write one, dropped).
 
     Raises:
         ValueError: as :func:`read_bytes`, or bytes that are not UTF-8 text.
     """
-    data = read_bytes(path)
+    data = read_bytes(path, owner)
     try:
         return data.decode("utf-8-sig", errors="strict")
     except UnicodeDecodeError as err:
-        raise ValueError(f"'{path}' is not a UTF-8 text (CSV) file ({err})") from err
+        prefix = f"{owner}: " if owner else ""
+        raise ValueError(f"{prefix}'{path}' is not a UTF-8 text (CSV) file ({err})") from err

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from kernel_layers._files import replacing
-from kernel_layers.data.gzipped import open_maybe_gzip, read_text
+from kernel_layers.data.gzipped import ExpansionLimitError, open_maybe_gzip, read_text
 from kernel_layers.data.idx import IDX_DTYPES, read_idx, write_idx
 from kernel_layers.data.network import (
     DOWNLOAD_TIMEOUT_S,
@@ -131,6 +131,8 @@ def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
             # read as text: a byte-order mark dropped, "\r" line ends understood
             text = io.TextIOWrapper(fh, encoding="utf-8-sig", newline=None)
             table = np.loadtxt(text, delimiter=",", dtype=np.int32, ndmin=2, comments=None)
+        except ExpansionLimitError:
+            raise  # its message says what is wrong; it is no parse error
         except ValueError as err:
             raise ValueError(
                 f"read_covtype_csv: cannot parse '{path}' as a CSV of integers (the UCI "

@@ -106,7 +106,7 @@ def read_feature_rows(
                 f"{owner}: {str(source)!r} must hold real numbers, got dtype {rows.dtype}"
             )
     elif source.suffix == ".csv":
-        rows = csv_rows(read_text(source), owner=owner, source=str(source))
+        rows = csv_rows(read_text(source, owner), owner=owner, source=str(source))
     else:
         raise ValueError(
             f"{owner}: argument 'path' must be a .npy or .csv file or an image folder, "
@@ -292,7 +292,9 @@ def _loaded_image(file: Path, input_shape: Sequence[int], owner: str) -> Any:
     try:
         opened = Image.open(file)
         want, stored = tuple(input_shape[1:]), opened.size[::-1]  # (height, width)
-        frames, size = getattr(opened, "n_frames", 1), stored
+        # an MPO (a camera's JPEG with a depth map or gain map beside it) is one picture
+        frames = 1 if opened.format == "MPO" else getattr(opened, "n_frames", 1)
+        size = stored
         if frames == 1 and want in (stored, stored[::-1]):  # else refused undecoded
             turn = opened.getexif().get(_ORIENTATION, 1)  # a camera's rotation, as shown
             size = stored[::-1] if turn in _QUARTER_TURNS else stored

@@ -180,6 +180,9 @@ class FastfoodLayer(KernelFeatureMap):
 
     @gamma.setter
     def gamma(self, value: float) -> None:
+        value = check_positive(type(self).__name__, "gamma", value)
+        if value == self._gamma:
+            return
         raise AttributeError(
             f"{type(self).__name__}: argument 'gamma' is fixed once the map is built (its "
             f"parameters were drawn at gamma={self._gamma:g}), got {value!r}; build a new "

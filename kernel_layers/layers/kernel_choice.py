@@ -50,7 +50,8 @@ class KernelChoice:
     def gamma(self, value: float) -> None:
         owner = type(self).__name__
         checked = check_positive(owner, "gamma", value)
-        if self._gamma_fixed and getattr(self, "_gamma", None) is not None:
+        old = getattr(self, "_gamma", None)
+        if self._gamma_fixed and old is not None and checked != old:
             raise AttributeError(
                 f"{owner}: argument 'gamma' is fixed once the map is built (its parameters "
                 f"were drawn at gamma={self._gamma:g}), got {value!r}; build a new "

@@ -103,7 +103,7 @@ class _TensorKey(NamedTuple):
     dtype: torch.dtype
     device: torch.device
     shape: torch.Size
-    version: int
+    version: int | None  # None: an inference tensor (compared by values)
     storage: int
     values: Tensor | None
 
@@ -113,8 +113,13 @@ def _snapshot(item: object) -> object:
     else as it is."""
     if not isinstance(item, Tensor):
         return item
-    values = item.detach().clone() if item.device.type == "cpu" else None
-    return _TensorKey(item.dtype, item.device, item.shape, item._version, item.data_ptr(), values)
+    # an inference tensor (a map built or loaded under torch.inference_mode) has no
+    # version counter: compared by its values, as a CPU tensor is
+    inference = item.is_inference()
+    by_value = item.device.type == "cpu" or inference
+    values = item.detach().clone() if by_value else None
+    version = None if inference else item._version
+    return _TensorKey(item.dtype, item.device, item.shape, version, item.data_ptr(), values)
 
 
 def _same_key(key: tuple[object, ...], cached: tuple[object, ...] | None) -> bool:
@@ -136,6 +141,9 @@ def _same_key(key: tuple[object, ...], cached: tuple[object, ...] | None) -> boo
         if old.values is not None:
             if not torch.equal(item.detach(), old.values):
                 return False
-        elif (old.version, old.storage) != (item._version, item.data_ptr()):
+        elif item.is_inference() or (old.version, old.storage) != (
+            item._version,
+            item.data_ptr(),
+        ):
             return False
     return True

@@ -3,6 +3,7 @@ checkpoint) and read with ``weights_only=True`` only (no file or URL can run cod
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pickle
@@ -145,10 +146,17 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
             os.fsync(fh.fileno())
     except OSError as err:
         kept = "the previous checkpoint there is kept" if target.exists() else "nothing written"
+        remedy = {
+            errno.ENOSPC: "Free disk space or choose another dirpath",
+            errno.EDQUOT: "Free disk space or choose another dirpath",
+            errno.EACCES: "Make the folder writable or choose another dirpath",
+            errno.EPERM: "Make the folder writable or choose another dirpath",
+            errno.ENAMETOOLONG: "Choose a shorter file name or dirpath",
+        }.get(err.errno or 0, "Choose another dirpath")
         raise OSError(
             err.errno,
             f"could not write the checkpoint '{target}' ({err.strerror or err}); {kept}. "
-            "Free disk space or choose another dirpath, then resume with ckpt_path",
+            f"{remedy}, then resume with ckpt_path",
         ) from err
 
 
