@@ -141,10 +141,12 @@ def test_a_trained_map_is_read_out_with_the_penalty_of_its_held_out_rows(
     the others' read-out), rescaled to the features of every row; the untrained map keeps
     leave-one-out's."""
     calls: list[tuple[np.ndarray, ...]] = []
+    baselines: list[float | None] = []
 
-    def spy(*args: np.ndarray) -> float:
+    def spy(*args: np.ndarray, baseline: float | None = None) -> float:
         calls.append(args)
-        return held_out_alpha(*args)
+        baselines.append(baseline)
+        return held_out_alpha(*args, baseline=baseline)
 
     monkeypatch.setattr(regressor, "held_out_alpha", spy)
     x_train, _, y_train, _ = _friedman()
@@ -155,7 +157,8 @@ def test_a_trained_map_is_read_out_with_the_penalty_of_its_held_out_rows(
     with torch.no_grad():
         features = model.layer_(torch.tensor(x_train, dtype=torch.float64)).numpy()
     z = (y_train[:, None] - model.target_mean_) / model.target_scale_
-    expected = held_out_alpha(*calls[0]) * scale_of(features)
+    assert baselines[0] is not None and baselines[0] > 0  # the penalty epochs were scored with
+    expected = held_out_alpha(*calls[0], baseline=baselines[0]) * scale_of(features)
     assert model.readout_.alpha == pytest.approx(expected, rel=1e-12)
     untrained = DIRegressor(n_components=60, random_state=0, max_epochs=0).fit(x_train, y_train)
     assert len(calls) == 1  # not asked for the untrained map
@@ -205,3 +208,43 @@ def test_di_trains_with_the_untrained_read_outs_leave_one_out_penalty(
     assert model.rho_ == seen["rho"]
     assert model.rho_ == pytest.approx(reference.alpha_ / batches, rel=1e-12)
     assert DIRegressor(rho=0.5, **options).fit(x_train, y_train).rho_ == 0.5
+
+
+def test_a_held_out_penalty_must_beat_the_scoring_one_by_its_standard_error() -> None:
+    """With a ``baseline``, the grid's best penalty on the held-out rows is kept only
+    where its per-row gains over the baseline average more than their standard error
+    (float64 reference: scikit-learn's ``Ridge`` fitted at both penalties)."""
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(120, 30))
+    scale = ((features[:100] - features[:100].mean(0)) ** 2).sum() / features.shape[1]
+
+    def gains(targets: np.ndarray, best: float, baseline: float) -> np.ndarray:
+        fitted = [
+            Ridge(alpha=a * scale).fit(features[:100], targets[:100, 0]).predict(features[100:])
+            for a in (baseline, best)
+        ]
+        return np.array([(f - targets[100:, 0]) ** 2 for f in fitted])
+
+    for signal, kept in ((1.0, "best"), (0.0, "baseline")):
+        targets = signal * features[:, :1] + 0.3 * rng.normal(size=(120, 1))
+        best = held_out_alpha(features[:100], targets[:100], features[100:], targets[100:])
+        baseline = float(ALPHAS[-1])  # the largest penalty: nearly the targets' mean
+        got = held_out_alpha(
+            features[:100], targets[:100], features[100:], targets[100:], baseline=baseline
+        )
+        errors = gains(targets, best, baseline)
+        difference = errors[0] - errors[1]
+        wins = difference.mean() > difference.std(ddof=1) / np.sqrt(len(difference))
+        assert wins == (kept == "best"), (signal, difference.mean())
+        assert got == (best if kept == "best" else baseline)
+
+
+def test_pure_noise_targets_end_near_the_mean_not_far_below() -> None:
+    """A fold of pure-noise targets where a trained epoch won by 0.0004 held-out R^2 and
+    the held-out rows' penalty, searched alone, read out noise (test R^2 -1.19)."""
+    rng = np.random.RandomState(2)
+    x, y = rng.randn(200, 5), rng.randn(200)
+    fit, test = np.r_[0:120, 160:200], np.r_[120:160]
+    model = DIRegressor(random_state=0).fit(x[fit], y[fit])
+    assert model.best_epoch_ > 0
+    assert model.score(x[test], y[test]) > -0.3

@@ -253,25 +253,40 @@ def fit_loo_ridge_targets(
 
 
 def held_out_alpha(
-    fit: np.ndarray, fit_targets: np.ndarray, held: np.ndarray, held_targets: np.ndarray
+    fit: np.ndarray,
+    fit_targets: np.ndarray,
+    held: np.ndarray,
+    held_targets: np.ndarray,
+    baseline: float | None = None,
 ) -> float:
     """The penalty, in units of :func:`scale_of` of ``fit``, among :data:`ALPHAS` whose
     ridge read-out fitted on the rows ``fit [N, J]`` (targets ``fit_targets [N, L]``) has
     the least squared error on held-out rows ``held [M, J]`` (targets ``held_targets
-    [M, L]``); ties go to the larger penalty.
+    [M, L]``); ties go to the larger penalty. Given a ``baseline`` penalty (same units),
+    that choice is kept only where its per-row gains over the baseline's errors average
+    more than their standard error; else the baseline is returned.
 
     Leave-one-out on the rows a map was trained on favours too small a penalty: the
     features have moved to fit those very rows, so each row's leave-one-out residual is
     small whatever the penalty, and the penalty chosen by it can read out the rows' noise.
-    Rows the map never saw judge the penalty without that bias.
+    Rows the map never saw judge the penalty without that bias; but a search over the
+    grid on a few held-out rows picks noise too (a tiny penalty on pure-noise targets),
+    which the comparison with the baseline, the penalty the map was selected with,
+    guards against.
     """
     found = _Decomposition(fit, torch.as_tensor(fit_targets, dtype=torch.float64), None)
     scale = scale_of(fit)
     rows = torch.as_tensor(held, dtype=torch.float64)
     truth = torch.as_tensor(held_targets, dtype=torch.float64)
-    errors = []
-    for relative in ALPHAS:
-        coef, intercept = found.weights(float(relative) * scale)
-        errors.append(float(((rows @ coef + intercept - truth) ** 2).sum()))
-    best = min(range(len(ALPHAS)), key=lambda i: (errors[i], -i))  # ties: the larger
-    return float(ALPHAS[best])
+
+    def row_errors(relative: float) -> torch.Tensor:
+        coef, intercept = found.weights(relative * scale)
+        return ((rows @ coef + intercept - truth) ** 2).sum(1)  # [M]
+
+    errors = [float(row_errors(float(relative)).sum()) for relative in ALPHAS]
+    best = float(ALPHAS[min(range(len(ALPHAS)), key=lambda i: (errors[i], -i))])
+    if baseline is None or len(rows) < 2:
+        return best if baseline is None else baseline
+    gains = row_errors(baseline) - row_errors(best)
+    standard_error = float(gains.std()) / len(gains) ** 0.5
+    return best if float(gains.mean()) > standard_error else baseline

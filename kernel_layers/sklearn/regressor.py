@@ -21,7 +21,7 @@ from kernel_layers.sklearn.readout import (
 )
 from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
-__all__ = ["DIRegressor", "r2_score_of"]
+__all__ = ["DIRegressor", "HeldOutR2"]
 
 
 def _r2(truth: np.ndarray, prediction: np.ndarray) -> float:
@@ -34,25 +34,30 @@ def _r2(truth: np.ndarray, prediction: np.ndarray) -> float:
     return float(np.where(total > 0, 1 - error / safe, np.where(exact, 1.0, 0.0)).mean())
 
 
-def r2_score_of(
-    x_fit: torch.Tensor, y_fit: np.ndarray, x_held: torch.Tensor, y_held: np.ndarray
-) -> Any:
+class HeldOutR2:
     """The held-out score of a regressing map: a ridge read-out fitted on the map's
     features of ``x_fit [N, D]`` (targets ``y_fit [N, L]``), then its ``R^2`` on ``x_held
     [M, D]`` (targets ``y_held [M, L]``). The penalty is chosen once, by closed-form
     leave-one-out on the first map scored (the untrained one), and kept relative to the
-    features' scale for later maps, as the classifiers' held-out score does."""
-    chosen: list[float] = []
+    features' scale for later maps, as the classifiers' held-out score does
+    (:attr:`relative_alpha`)."""
 
-    def score(layer: KernelFeatureMap) -> tuple[float]:
-        features = layer(x_fit).cpu().numpy()
-        if not chosen:
-            first = fit_loo_ridge_targets(features, y_fit)
-            chosen.append(first.alpha / scale_of(features))
-        readout = fit_loo_ridge_targets(features, y_fit, chosen[0] * scale_of(features))
-        return (_r2(y_held, readout.scores(layer(x_held).cpu().numpy())),)
+    def __init__(
+        self, x_fit: torch.Tensor, y_fit: np.ndarray, x_held: torch.Tensor, y_held: np.ndarray
+    ) -> None:
+        self.x_fit, self.y_fit, self.x_held, self.y_held = x_fit, y_fit, x_held, y_held
+        #: The penalty every map was scored with, in units of its features' scale.
+        self.relative_alpha: float | None = None
 
-    return score
+    def __call__(self, layer: KernelFeatureMap) -> tuple[float]:
+        features = layer(self.x_fit).cpu().numpy()
+        if self.relative_alpha is None:
+            first = fit_loo_ridge_targets(features, self.y_fit)
+            self.relative_alpha = first.alpha / scale_of(features)
+        readout = fit_loo_ridge_targets(
+            features, self.y_fit, self.relative_alpha * scale_of(features)
+        )
+        return (_r2(self.y_held, readout.scores(layer(self.x_held).cpu().numpy())),)
 
 
 def _loo_penalty(features: np.ndarray, targets: np.ndarray) -> float:
@@ -74,8 +79,10 @@ class DIRegressor(RegressorMixin, BaseEstimator):
     (:func:`~kernel_layers.sklearn.readout.fit_loo_ridge_targets`) for the untrained
     map; for a trained map, by the least squared error on the held-out rows of a
     read-out fitted on the others
-    (:func:`~kernel_layers.sklearn.readout.held_out_alpha`): leave-one-out on the rows
-    the map was trained on favours too small a penalty, which reads out their noise.
+    (:func:`~kernel_layers.sklearn.readout.held_out_alpha`), where it beats the penalty
+    the epochs were scored with by more than the standard error of its per-row gains,
+    else that penalty: leave-one-out on the rows the map was trained on favours too small
+    a penalty, which reads out their noise, and so does a search on a few held-out rows.
 
     Args: those of :class:`~kernel_layers.sklearn.DIFeatures`; ``validation_fraction``
     holds rows out to score the map by the ``R^2`` of the ridge read-out fitted on the
@@ -152,11 +159,20 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         self.target_scale_ = np.where(spread > 0, spread * peak, 1.0)  # constant: 1
         z = (unit - centre) / np.where(spread > 0, spread, 1.0)
         trains = self.max_epochs > 0 and len(X) > 2
-        x, fit, held = learn_map(self, X, z, device, trains, None, r2_score_of, _loo_penalty)
+        scorers: list[HeldOutR2] = []
+
+        def scorer(*args: Any) -> HeldOutR2:
+            scorers.append(HeldOutR2(*args))
+            return scorers[-1]
+
+        x, fit, held = learn_map(self, X, z, device, trains, None, scorer, _loo_penalty)
         features = self._features(x)
         alpha = None  # chosen by leave-one-out on every row
         if self.best_epoch_ > 0 and len(held):  # a trained map: on rows it never saw
-            relative = held_out_alpha(features[fit], z[fit], features[held], z[held])
+            scored_with = scorers[0].relative_alpha if scorers else None
+            relative = held_out_alpha(
+                features[fit], z[fit], features[held], z[held], baseline=scored_with
+            )
             alpha = relative * scale_of(features)
         self.readout_: LooRidge = fit_loo_ridge_targets(features, z, alpha)
         return self
