@@ -628,3 +628,20 @@ def test_num_classes_must_be_the_width_of_the_read_out_carried(
         KernelClassifier.load_from_checkpoint(_edited(saved_nystrom, edit))
     with pytest.raises(ValueError, match=r"argument 'num_classes' must be the width"):
         KernelClassifier.load_from_checkpoint(saved_nystrom, num_classes=CLASSES + 1)
+
+
+@pytest.mark.parametrize("objective", ["di", "ls", "ce"])
+def test_a_float64_layer_in_a_float32_model_is_read_out_in_float64(
+    tmp_path: Path, objective: str
+) -> None:
+    layer = NystromLayer(D, 10, gamma=0.5, seed=0, dtype=torch.float64)
+    model = KernelClassifier(layer, num_classes=CLASSES, objective=objective)
+    assert model.head.weight.dtype == torch.float64
+    if model.readout is not None:
+        assert model.readout.weight.dtype == torch.float64
+    path = tmp_path / "m.ckpt"
+    _fit_and_save(model, path, _data())  # float32 rows, cast up for the layer
+    loaded = KernelClassifier.load_from_checkpoint(path)
+    x = torch.rand(20, D)
+    assert torch.equal(_scores(loaded, x), _scores(model, x))
+    assert _scores(model, x).dtype == torch.float64

@@ -120,6 +120,11 @@ class KernelModule(LightningModule):
             else RidgeHead(width, num_outputs, rho=head_rho)
         )
         self.readout = nn.Linear(width, num_outputs) if trained_readout else None
+        wide = _floating_dtype(kernel_layer) == torch.float64  # a float64 map's features
+        if wide:  # are read out in float64 too, not rounded to the default dtype
+            self.head.double()
+            if self.readout is not None:
+                self.readout.double()
         # Whether init_map_from_data ran (the name predates the contract: checkpoints).
         self.register_buffer("landmarks_initialised", torch.tensor(False))
         self.guard = DivergenceGuard(owner, kernel_layer.in_features)
@@ -415,10 +420,14 @@ class KernelModule(LightningModule):
         }
 
 
+def _floating_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of ``module``'s first floating parameter (``None``: it has none)."""
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+
+
 def _cast_up(x: Tensor, module: nn.Module) -> Tensor:
     """``x`` in float64 where it is float32 and ``module``'s first floating parameter is
     float64 (a lossless cast), else ``x`` as it is."""
     if x.dtype != torch.float32:
         return x
-    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
-    return x.double() if dtype == torch.float64 else x
+    return x.double() if _floating_dtype(module) == torch.float64 else x
