@@ -39,7 +39,10 @@ def _model() -> KernelClassifier:
 
 
 def _trainer(**options: Any) -> L.Trainer:
+    # no default checkpoint: it would write into the working directory
+    saves = any(isinstance(c, ModelCheckpoint) for c in options.get("callbacks", []))
     quiet = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    quiet["enable_checkpointing"] = saves
     return L.Trainer(accelerator="cpu", deterministic=True, **{**quiet, **options})
 
 
