@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import sys
 from collections.abc import Mapping
 from typing import Any, TypeGuard
@@ -36,6 +37,7 @@ __all__ = [
     "canonical_spec",
     "cli_config",
     "describe_module",
+    "floating_dtype",
     "is_spec",
     "module_from",
     "spec_shapes",
@@ -86,11 +88,11 @@ def _import_class(class_path: str) -> object:
         return getattr(kernel_layers, attr)
 
 
-def _floating_dtype(module: nn.Module) -> torch.dtype | None:
-    for tensor in (*module.parameters(), *module.buffers()):
-        if tensor.is_floating_point():
-            return tensor.dtype
-    return None
+def floating_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of ``module``'s first floating parameter (or buffer, if no parameter
+    is floating); ``None`` when it has neither."""
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)
 
 
 def is_spec(value: object) -> TypeGuard[Mapping[str, Any]]:
@@ -121,7 +123,7 @@ def describe_module(module: nn.Module, given: object = None) -> dict[str, Any]:
         except ValueError:  # e.g. a user-callable kernel: no name to record
             init_args = None
     spec: dict[str, Any] = {"class_path": _class_path(type(module)), "init_args": init_args}
-    dtype = _floating_dtype(module)
+    dtype = floating_dtype(module)
     if dtype is not None and dtype != torch.get_default_dtype():
         spec["dtype"] = str(dtype).removeprefix("torch.")
     return spec

@@ -30,7 +30,7 @@ from kernel_layers.objectives import DEFAULT_RHO
 from kernel_layers.selection.rho import rho_for_epoch
 from kernel_layers.training import checkpoint_hooks, preflight
 from kernel_layers.training.approximation import KernelApproximationLogging
-from kernel_layers.training.architecture import describe_module
+from kernel_layers.training.architecture import describe_module, floating_dtype
 from kernel_layers.training.batch_checks import named_batch_errors
 from kernel_layers.training.deferred import EpochChecks
 from kernel_layers.training.di_epoch import EpochDILogging, register_epoch_sums
@@ -120,7 +120,7 @@ class KernelModule(LightningModule):
             else RidgeHead(width, num_outputs, rho=head_rho)
         )
         self.readout = nn.Linear(width, num_outputs) if trained_readout else None
-        wide = _floating_dtype(kernel_layer) == torch.float64  # a float64 map's features
+        wide = floating_dtype(kernel_layer) == torch.float64  # a float64 map's features
         if wide:  # are read out in float64 too, not rounded to the default dtype
             self.head.double()
             if self.readout is not None:
@@ -420,14 +420,10 @@ class KernelModule(LightningModule):
         }
 
 
-def _floating_dtype(module: nn.Module) -> torch.dtype | None:
-    """The dtype of ``module``'s first floating parameter (``None``: it has none)."""
-    return next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
-
-
 def _cast_up(x: Tensor, module: nn.Module) -> Tensor:
-    """``x`` in float64 where it is float32 and ``module``'s first floating parameter is
-    float64 (a lossless cast), else ``x`` as it is."""
+    """``x`` in float64 where it is float32 and ``module`` is float64
+    (:func:`~kernel_layers.training.architecture.floating_dtype`; a lossless cast), else
+    ``x`` as it is."""
     if x.dtype != torch.float32:
         return x
-    return x.double() if _floating_dtype(module) == torch.float64 else x
+    return x.double() if floating_dtype(module) == torch.float64 else x
