@@ -31,6 +31,7 @@ from kernel_layers._validation import (
 )
 from kernel_layers.kernels import gaussian_kernel
 from kernel_layers.layers.base import KernelFeatureMap
+from kernel_layers.layers.kernel_choice import check_gamma_unchanged
 from kernel_layers.numerics.precision import autocast_off, upcast
 
 __all__ = ["FastfoodLayer", "hadamard_transform"]
@@ -180,14 +181,8 @@ class FastfoodLayer(KernelFeatureMap):
 
     @gamma.setter
     def gamma(self, value: float) -> None:
-        value = check_positive(type(self).__name__, "gamma", value)
-        if value == self._gamma:
-            return
-        raise AttributeError(
-            f"{type(self).__name__}: argument 'gamma' is fixed once the map is built (its "
-            f"parameters were drawn at gamma={self._gamma:g}), got {value!r}; build a new "
-            f"{type(self).__name__}(..., gamma={value!r})"
-        )
+        owner = type(self).__name__
+        check_gamma_unchanged(owner, self._gamma, check_positive(owner, "gamma", value))
 
     def __setstate__(self, state: dict[str, object]) -> None:
         if "gamma" in state:  # a map pickled when gamma was a plain attribute
