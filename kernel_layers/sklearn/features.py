@@ -173,6 +173,9 @@ class LearnedMap(NamedTuple):
     #: without training or held-out rows).
     fit: np.ndarray
     held: np.ndarray
+    #: The held-out score ``score_of`` built, which scored the epochs (``None``: no
+    #: training or no held-out rows).
+    score: Any = None
 
 
 def _default_rho(
@@ -235,10 +238,10 @@ def learn_map(
     layer = build_map(estimator.map, estimator.kernel, gamma, x[fit], width, seed).to(device)
     result = TrainResult()
     rho = estimator.rho
+    score = None
     if trains:
         if rho is None:
             rho = _default_rho(layer, x[fit], targets[fit], len(fit) // batch, untrained_penalty)
-        score = None
         if len(held):
             scored = fit
             if len(fit) > SCORE_ROWS:
@@ -266,7 +269,7 @@ def learn_map(
     estimator.validation_scores_ = [s[0] for s in result.score_history]
     estimator.best_epoch_ = result.best_epoch
     estimator.lr_decay_epochs_ = result.lr_decay_epochs
-    return LearnedMap(x, fit, held)
+    return LearnedMap(x, fit, held, score)
 
 
 class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):

@@ -283,10 +283,11 @@ def held_out_alpha(
         coef, intercept = found.weights(relative * scale)
         return ((rows @ coef + intercept - truth) ** 2).sum(1)  # [M]
 
-    errors = [float(row_errors(float(relative)).sum()) for relative in ALPHAS]
-    best = float(ALPHAS[min(range(len(ALPHAS)), key=lambda i: (errors[i], -i))])
+    errors = [row_errors(float(relative)) for relative in ALPHAS]  # [A] of [M]
+    index = min(range(len(ALPHAS)), key=lambda i: (float(errors[i].sum()), -i))
+    best = float(ALPHAS[index])
     if baseline is None or len(rows) < 2:
         return best if baseline is None else baseline
-    gains = row_errors(baseline) - row_errors(best)
+    gains = row_errors(baseline) - errors[index]
     standard_error = float(gains.std()) / len(gains) ** 0.5
     return best if float(gains.mean()) > standard_error else baseline

@@ -159,19 +159,17 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         self.target_scale_ = np.where(spread > 0, spread * peak, 1.0)  # constant: 1
         z = (unit - centre) / np.where(spread > 0, spread, 1.0)
         trains = self.max_epochs > 0 and len(X) > 2
-        scorers: list[HeldOutR2] = []
-
-        def scorer(*args: Any) -> HeldOutR2:
-            scorers.append(HeldOutR2(*args))
-            return scorers[-1]
-
-        x, fit, held = learn_map(self, X, z, device, trains, None, scorer, _loo_penalty)
+        learned = learn_map(self, X, z, device, trains, None, HeldOutR2, _loo_penalty)
+        x, fit, held = learned.x, learned.fit, learned.held
         features = self._features(x)
         alpha = None  # chosen by leave-one-out on every row
         if self.best_epoch_ > 0 and len(held):  # a trained map: on rows it never saw
-            scored_with = scorers[0].relative_alpha if scorers else None
             relative = held_out_alpha(
-                features[fit], z[fit], features[held], z[held], baseline=scored_with
+                features[fit],
+                z[fit],
+                features[held],
+                z[held],
+                baseline=learned.score.relative_alpha,  # the penalty the epochs were scored with
             )
             alpha = relative * scale_of(features)
         self.readout_: LooRidge = fit_loo_ridge_targets(features, z, alpha)
