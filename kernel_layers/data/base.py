@@ -136,17 +136,14 @@ class ArrayDataModule(PredictSource, LightningDataModule):
         self._check_int("batch_size", batch_size, 1, optional=True)
         self._check_int("num_features", num_features, 1, optional=True)
         self._check_int("num_workers", num_workers, 0)
-        self._check_int("seed", seed, 0)
         for name, flag in (
-            ("clip", clip),
             ("pin_memory", pin_memory),
             ("shuffle", shuffle),
             ("drop_last", drop_last),
         ):
             self._check_bool(name, flag)
-        check_fraction(self._name, "val_fraction", val_fraction, include_zero=True)
-        if scaling is not None:
-            check_choice(self._name, "scaling", scaling, _SCALINGS)
+        resolved = scaling if scaling is not None else self.default_scaling
+        self._check_split_settings(val_fraction, resolved, seed, clip)
         self._requested_batch_size = batch_size
         #: The common options as given, added to each subclass's hyper-parameters.
         self._common_options: dict[str, Any] = {
@@ -238,17 +235,22 @@ class ArrayDataModule(PredictSource, LightningDataModule):
         # getattr: a module pickled before it recorded its settings
         if self.train_dataset is not None and settings == getattr(self, "_built_with", settings):
             return
-        check_fraction(self._name, "val_fraction", self.val_fraction, include_zero=True)
-        check_choice(self._name, "scaling", self.scaling, _SCALINGS)
-        self._check_int("seed", self.seed, 0)
-        self._check_bool("clip", self.clip)
+        self._check_split_settings(*settings)
         x_train, y_train, x_test, y_test = self._locate()()
         self._build(x_train, y_train, x_test, y_test)
         self._built_with = settings
 
-    def _split_settings(self) -> tuple[object, ...]:
+    def _split_settings(self) -> tuple[Any, ...]:
         """What the splits and the scaling depend on besides the data."""
         return (self.val_fraction, self.scaling, self.seed, self.clip)
+
+    def _check_split_settings(self, val_fraction: Any, scaling: Any, seed: Any, clip: Any) -> None:
+        """The constructor's checks of :meth:`_split_settings`, run again by
+        :meth:`setup` on values set since."""
+        check_fraction(self._name, "val_fraction", val_fraction, include_zero=True)
+        check_choice(self._name, "scaling", scaling, _SCALINGS)
+        self._check_int("seed", seed, 0)
+        self._check_bool("clip", clip)
 
     def _build(
         self, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
