@@ -18,6 +18,7 @@ from kernel_layers.callbacks import KeepBest
 from kernel_layers.data import TensorDataModule
 from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.selection.rho import SMALL_DATA_BATCHES, is_small_data
+from kernel_layers.training.readout import ReadoutRefit
 from kernel_layers.training.small_data import SmallDataKeepBest
 
 
@@ -268,3 +269,30 @@ def test_float_targets_to_a_classifier_under_auto_are_refused_as_labels(
     model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=2)
     with pytest.raises(TypeError, match=r"KernelClassifier: argument 'y' must be integer labels"):
         make_trainer(max_epochs=1).fit(model, dm)
+
+
+def test_a_later_stage_replaces_the_module_callbacks_unannounced(
+    make_trainer: Callable[..., L.Trainer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # test after fit: the module's callbacks of the fit are replaced by the test's, and
+    # Lightning's notice about a user's callbacks being overridden is not given
+    dm = _classes(300)
+    model, trainer = _fit(make_trainer, dm, epochs=1)
+    fitted = list(trainer.callbacks)
+    with caplog.at_level("INFO"):
+        trainer.test(model, dm, verbose=False)
+    assert "will override" not in caplog.text
+    kinds = [type(c) for c in trainer.callbacks]
+    assert kinds.count(SmallDataKeepBest) == 1
+    assert not any(c in fitted for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
+
+
+def test_a_users_own_callback_is_still_announced_when_replaced(
+    make_trainer: Callable[..., L.Trainer], caplog: pytest.LogCaptureFixture
+) -> None:
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3)
+    trainer = make_trainer(max_epochs=1, callbacks=[ReadoutRefit()])
+    with caplog.at_level("INFO"):
+        trainer.fit(model, _classes(300))
+    assert "will override existing callbacks passed to Trainer: ReadoutRefit" in caplog.text
