@@ -20,6 +20,9 @@ import torch
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 
+from kernel_layers.objectives.statistics import di_statistics
+from kernel_layers.training.heads import one_hot_targets, ridge_solve
+
 __all__ = [
     "ALPHAS",
     "LooRidge",
@@ -110,7 +113,7 @@ class _Decomposition:
         if classes is None:  # a float target matrix [N, L] (regression)
             self.targets = labels.to(torch.float64)
         else:
-            self.targets = torch.nn.functional.one_hot(labels, classes).to(torch.float64) * 2 - 1
+            self.targets = signed_targets(labels, classes)
         self.target_mean = self.targets.mean(0)
         s, v = torch.linalg.eigh(centred.T @ centred)
         self.s, self.v = s.clamp_min(0.0), v
@@ -134,6 +137,12 @@ class _Decomposition:
         return coef, self.target_mean - self.mean @ coef
 
 
+def signed_targets(labels: torch.Tensor, classes: int) -> torch.Tensor:
+    """The ``{-1, +1}`` targets ``Tensor[N, L]`` (float64) the read-out fits for the
+    integer labels ``labels (Tensor[N])`` in ``[0, classes)``."""
+    return one_hot_targets(labels, classes, torch.float64) * 2 - 1
+
+
 def scale_of(features: np.ndarray) -> float:
     """The unit of the penalties: the mean eigenvalue of the centred ``Phi^T Phi``
     (its trace over ``J``) of ``features [N, J]``."""
@@ -155,13 +164,9 @@ def fit_ridge(
         relative_alpha: the penalty in units of :func:`scale_of`, ``> 0``.
     """
     phi = torch.as_tensor(features, dtype=torch.float64)
-    targets = torch.nn.functional.one_hot(torch.as_tensor(codes), classes).to(phi.dtype) * 2 - 1
-    mean, target_mean = phi.mean(0), targets.mean(0)
-    centred = phi - mean
+    targets = signed_targets(torch.as_tensor(codes), classes)
     alpha = relative_alpha * scale_of(features)
-    gram = centred.T @ centred + alpha * torch.eye(phi.shape[1], dtype=phi.dtype)
-    coef = torch.cholesky_solve(centred.T @ (targets - target_mean), torch.linalg.cholesky(gram))
-    intercept = target_mean - mean @ coef
+    coef, intercept = ridge_solve(di_statistics(phi, targets), alpha)
     return LooRidge(coef.numpy(), intercept.numpy(), alpha, 1.0, float("nan"))
 
 

@@ -49,7 +49,6 @@ from kernel_layers.training.readout import (
     ReadoutRefit,
     ReadoutTracker,
     adopt_loaded_readout,
-    head_needs_fit,
 )
 from kernel_layers.training.readout import refit_head as fit_ridge_head
 from kernel_layers.training.small_data import AUTO, auto_keep_best
@@ -378,11 +377,6 @@ class KernelModule(LightningModule):
                 the training set.
         """
         fit_ridge_head(self, batches)
-
-    def _head_needs_fit(self) -> bool:
-        """Whether the ridge read-out must be (re)fitted before it scores
-        (:func:`~kernel_layers.training.readout.head_needs_fit`)."""
-        return head_needs_fit(self)
 
     # ------------------------------------------------------------------ checks, checkpoints
     def check_state_shapes(self, state_dict: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from kernel_layers.objectives import DIStatistics, least_squares_loss, merge_statistics
 from kernel_layers.training import di_epoch
 from kernel_layers.training.batch_checks import batch_parts, di_batch_usable, global_rows
+from kernel_layers.training.heads import one_hot_targets
 
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
@@ -66,7 +67,7 @@ def training_loss(model: KernelModule, batch: Any, batch_idx: int) -> Tensor | N
         return -di * world
     classes = model.hparams["num_classes"]
     features, y = model.kernel_layer(h), y.long()
-    onehot = nn.functional.one_hot(y, classes).to(features.dtype)
+    onehot = one_hot_targets(y, classes, features.dtype)
     if model.readout is not None and objective == "ls":  # group lasso: trained
         loss = 0.5 * (model.readout(features) - onehot).square().sum(1).mean()
     elif objective == "ls":
