@@ -4,6 +4,7 @@ epoch (``KernelClassifier``), or the read-out's penalty shared out over them
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,9 +33,14 @@ def test_rho_for_epoch(batches: float, rho: float) -> None:
     assert rho_for_epoch(batches) == rho
 
 
-@pytest.mark.parametrize("bad", [0, 0.5, -3, True, "8", float("nan")])
-def test_rho_for_epoch_refuses_what_is_not_a_batch_count(bad: object) -> None:
-    with pytest.raises(ValueError, match=r"rho_for_epoch: argument 'batches' must be a number"):
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(0, ValueError), (0.5, ValueError), (-3, ValueError), (float("nan"), ValueError),
+     (True, TypeError), ("8", TypeError), (None, TypeError)],
+)  # fmt: skip
+def test_rho_for_epoch_refuses_what_is_not_a_batch_count(bad: object, error: type) -> None:
+    match = r"rho_for_epoch: argument 'batches' must be a number >= 1 \(or inf\), got "
+    with pytest.raises(error, match=match + re.escape(repr(bad))):
         rho_for_epoch(bad)  # type: ignore[arg-type]
 
 
@@ -57,14 +63,28 @@ def test_rho_from_penalty_shares_it_out_over_the_batches(
         (-1.0, 1, r"argument 'penalty' must be a finite number >= 0, got -1.0"),
         (float("nan"), 1, r"argument 'penalty' must be a finite number >= 0, got nan"),
         (float("inf"), 10, r"argument 'penalty' must be a finite number >= 0, got inf"),
-        (1.0, 0, r"argument 'batches' must be a number >= 1, got 0"),
-        (1.0, True, r"argument 'batches' must be a number >= 1, got True"),
+        (1.0, 0, r"argument 'batches' must be a number >= 1 \(or inf\), got 0"),
     ],
 )
 def test_rho_from_penalty_refuses_what_is_not_a_penalty_or_a_batch_count(
     penalty: float, batches: float, match: str
 ) -> None:
     with pytest.raises(ValueError, match=r"rho_from_penalty: " + match):
+        rho_from_penalty(penalty, batches)
+
+
+@pytest.mark.parametrize(
+    ("penalty", "batches", "match"),
+    [
+        ("x", 3, r"argument 'penalty' must be a number >= 0, got 'x'"),
+        (1.0, True, r"argument 'batches' must be a number >= 1 \(or inf\), got True"),
+        (1.0, "3", r"argument 'batches' must be a number >= 1 \(or inf\), got '3'"),
+    ],
+)
+def test_rho_from_penalty_refuses_what_is_not_a_number_as_a_type_error(
+    penalty: object, batches: object, match: str
+) -> None:
+    with pytest.raises(TypeError, match=r"rho_from_penalty: " + match):
         rho_from_penalty(penalty, batches)
 
 

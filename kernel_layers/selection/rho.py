@@ -1,14 +1,13 @@
 """DI's ridge parameter from the number of batches in an epoch (classification), or from
 the read-out's penalty shared out over them (regression).
 
-Measured on the small-data suite (benchmarks/README.md): with few batches per epoch,
-every step maximises DI on nearly the same rows. With the paper's tiny ridge
-``rho = 1e-4``, DI then also grows along feature directions of tiny variance, reaches its
-ceiling ``L - 1`` on the training rows, and the map fits those rows rather than the data:
-test accuracy falls below the untrained map's (on 7 of the suite's 12 data sets, by up
-to 7.8 points: Pima, 67.97 % against 75.76 %). A ridge of ``0.1`` keeps those
-directions out of DI; with many batches per epoch it costs accuracy instead, so the
-paper's value stays there.
+With few batches per epoch, every step maximises DI on nearly the same rows. With the
+paper's tiny ridge ``rho = 1e-4``, DI then also grows along feature directions of tiny
+variance, reaches its ceiling ``L - 1`` on the training rows, and the map fits those rows
+rather than the data, below the untrained map on held-out rows. A ridge of ``0.1`` keeps
+those directions out of DI; with many batches per epoch it costs accuracy instead, so the
+paper's value stays there. The small-data suite measures both (benchmarks/README.md,
+"Small-data suite").
 
 A regressor's DI instead takes the penalty its ridge read-out will use, divided by the
 batches of an epoch (:func:`rho_from_penalty`): DI is then the in-batch fit of that very
@@ -18,9 +17,9 @@ from learning their noise.
 
 from __future__ import annotations
 
-import math
 from numbers import Real
 
+from kernel_layers._validation import check_nonnegative
 from kernel_layers.objectives import DEFAULT_RHO
 
 __all__ = [
@@ -49,12 +48,10 @@ def rho_for_epoch(batches: float) -> float:
     below.
 
     Raises:
-        ValueError: ``batches`` is not a number ``>= 1`` (or ``inf``).
+        TypeError: ``batches`` is not a real number.
+        ValueError: ``batches`` is not ``>= 1`` (or ``inf``).
     """
-    if not isinstance(batches, Real) or isinstance(batches, bool) or not batches >= 1:
-        raise ValueError(
-            f"rho_for_epoch: argument 'batches' must be a number >= 1 (or inf), got {batches!r}"
-        )
+    _check_batches("rho_for_epoch", batches)
     return SMALL_DATA_RHO if is_small_data(batches) else DEFAULT_RHO
 
 
@@ -66,14 +63,19 @@ def rho_from_penalty(penalty: float, batches: float) -> float:
     ``batches = inf``, gets ``1e-4``).
 
     Raises:
-        ValueError: ``penalty`` is not a finite number ``>= 0``, or ``batches`` not a
-            number ``>= 1`` (or ``inf``).
+        TypeError: ``penalty`` or ``batches`` is not a real number.
+        ValueError: ``penalty`` is not finite and ``>= 0``, or ``batches`` not ``>= 1``
+            (or ``inf``).
     """
-    checks = (("penalty", penalty, 0.0, "a finite number"), ("batches", batches, 1.0, "a number"))
-    for name, value, least, kind in checks:
-        bad_type = not isinstance(value, Real) or isinstance(value, bool)
-        if bad_type or not value >= least or (name == "penalty" and math.isinf(value)):
-            raise ValueError(
-                f"rho_from_penalty: argument {name!r} must be {kind} >= {least:g}, got {value!r}"
-            )
+    check_nonnegative("rho_from_penalty", "penalty", penalty)
+    _check_batches("rho_from_penalty", batches)
     return max(float(penalty) / float(batches), DEFAULT_RHO)
+
+
+def _check_batches(owner: str, batches: object) -> None:
+    """Refuse ``batches`` unless it is a real number ``>= 1`` (``inf`` included)."""
+    message = f"{owner}: argument 'batches' must be a number >= 1 (or inf), got {batches!r}"
+    if isinstance(batches, bool) or not isinstance(batches, Real):
+        raise TypeError(message)
+    if not float(batches) >= 1:
+        raise ValueError(message)

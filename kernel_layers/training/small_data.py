@@ -1,11 +1,11 @@
 """``keep_best="auto"``: on small data, the model handed back is the best on validation.
 
-Measured on the small-data suite (benchmarks/README.md): with fewer than
-``SMALL_DATA_BATCHES`` batches per epoch, every step maximises DI on nearly the same rows,
-and the last epoch can end below the untrained map on held-out rows (Pima: 76.32 %
-against 76.67 % over ten seeds). Keeping the best epoch on the validation rows, the
-untrained map a candidate, keeps the model at or above the untrained map on validation.
-With many batches per epoch each step sees other rows, and the last epoch is kept.
+With fewer than ``SMALL_DATA_BATCHES`` batches per epoch, every step maximises DI on
+nearly the same rows, and the last epoch can end below the untrained map on held-out
+rows. Keeping the best epoch on the validation rows, the untrained map a candidate, keeps
+the model at or above the untrained map on validation. With many batches per epoch each
+step sees other rows, and the last epoch is kept. The small-data suite measures both
+(benchmarks/README.md, "Small-data suite").
 """
 
 from __future__ import annotations
