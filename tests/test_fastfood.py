@@ -120,3 +120,13 @@ def test_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match=r"FastfoodLayer: argument 'x' must have last dimension 4"):
         FastfoodLayer(4, 8)(torch.rand(2, 5))
     assert FastfoodLayer(5, 20).num_blocks == 3 and FastfoodLayer(5, 20).padded == 8
+
+
+@pytest.mark.parametrize(("d", "j"), [(784, 100), (784, 2048), (16, 100), (54, 512), (5, 3)])
+def test_learnable_numbers_are_two_diagonals_per_block_and_a_phase_per_feature(
+    d: int, j: int
+) -> None:
+    padded = 1 << (d - 1).bit_length()  # d' = d rounded up to a power of two
+    blocks = -(-j // padded)
+    layer = FastfoodLayer(d, j, seed=0)
+    assert sum(p.numel() for p in layer.parameters()) == 2 * blocks * padded + j

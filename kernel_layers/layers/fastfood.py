@@ -12,7 +12,8 @@ then has the law of a row of ``W`` (Gaussian kernel ``exp(-gamma ||x - y||^2)``,
 
 Trainable like :class:`~kernel_layers.FourierLayer` (the DI paper's Discussion names
 Fastfood as the next map to train): the diagonals ``G`` and ``log S`` and the phases
-``b`` are parameters (``3 J`` numbers in all), ``B`` and ``P`` fixed buffers.
+``b`` are parameters (``2 K d' + J`` numbers for ``K = ceil(J / d')`` blocks: ``3 J``
+when ``J`` is a multiple of ``d'``), ``B`` and ``P`` fixed buffers.
 """
 
 from __future__ import annotations
