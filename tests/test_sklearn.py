@@ -255,6 +255,26 @@ def test_ridge_readout_is_ridge_at_the_penalty_chosen() -> None:
     np.testing.assert_allclose(clf.decision_function(x), reference.predict(features), atol=1e-8)
 
 
+def test_a_trained_maps_penalty_is_not_chosen_by_the_rows_it_was_trained_on() -> None:
+    # 10 % of the labels flipped: leave-one-out on the rows the map moved to fit chose a
+    # penalty about 1000x below the untrained map's, and scored 3 points below it
+    from sklearn.datasets import make_classification
+
+    from kernel_layers.sklearn.readout import scale_of
+
+    x, y = make_classification(1000, 20, n_informative=8, flip_y=0.1, random_state=0)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.5, random_state=0)
+    trained = DIClassifier(random_state=0).fit(x_train, y_train)
+    untrained = DIClassifier(max_epochs=0, random_state=0).fit(x_train, y_train)
+    assert trained.features_.best_epoch_ > 0
+
+    def relative(clf: DIClassifier) -> float:
+        return clf.readout_.alpha / scale_of(clf.features_.transform(x_train))
+
+    assert relative(trained) > 0.1 * relative(untrained)
+    assert trained.score(x_test, y_test) >= untrained.score(x_test, y_test) - 0.01
+
+
 def test_predict_proba_is_the_tempered_softmax_minimising_loo_log_loss() -> None:
     from scipy.special import softmax
 

@@ -13,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from kernel_layers.sklearn import DIRegressor, regressor
+from kernel_layers.sklearn import DIRegressor
 from kernel_layers.sklearn import features as features_module
 from kernel_layers.sklearn.readout import (
     ALPHAS,
@@ -148,7 +148,7 @@ def test_a_trained_map_is_read_out_with_the_penalty_of_its_held_out_rows(
         baselines.append(baseline)
         return held_out_alpha(*args, baseline=baseline)
 
-    monkeypatch.setattr(regressor, "held_out_alpha", spy)
+    monkeypatch.setattr(features_module, "held_out_alpha", spy)
     x_train, _, y_train, _ = _friedman()
     model = DIRegressor(n_components=60, random_state=0, max_epochs=15).fit(x_train, y_train)
     assert model.best_epoch_ > 0 and len(calls) == 1

@@ -9,7 +9,7 @@ from sklearn.datasets import load_digits
 
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.sklearn import DIClassifier, DIFeatures
-from kernel_layers.sklearn.features import ridge_score
+from kernel_layers.sklearn.features import HeldOutAccuracy
 from kernel_layers.sklearn.readout import fit_loo_ridge
 from kernel_layers.sklearn.training import split_rows, train_map
 
@@ -85,7 +85,7 @@ def test_ridge_score_is_the_readouts_held_out_accuracy() -> None:
     x_np, y_np = _digits(400)
     x = torch.tensor(x_np)
     layer = _layer(x, 30)
-    score = ridge_score(x[:300], y_np[:300], x[300:], y_np[300:])
+    score = HeldOutAccuracy(x[:300], y_np[:300], x[300:], y_np[300:])
     with torch.no_grad():
         accuracy, error = score(layer)
         readout = fit_loo_ridge(layer(x[:300]).numpy(), y_np[:300], 10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils.multiclass import check_classification_targets
@@ -14,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from kernel_layers._validation import check_choice, check_positive
 from kernel_layers.sklearn.features import DIFeatures, check_params
 from kernel_layers.sklearn.inputs import map_rows
-from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge
+from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge, signed_targets
 from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
 __all__ = ["READOUTS", "DIClassifier"]
@@ -29,9 +30,14 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
     Args: those of :class:`DIFeatures` (the map is trained on all rows but a held-out
     ``validation_fraction``, and kept at its best epoch on them), plus
 
-    * ``readout``: ``"ridge"`` (one-vs-all ridge on ``{-1, +1}`` targets, its penalty
-      chosen by closed-form leave-one-out, see :mod:`kernel_layers.sklearn.readout`) or
-      ``"logistic"`` (scikit-learn's multinomial ``LogisticRegression``);
+    * ``readout``: ``"ridge"`` (one-vs-all ridge on ``{-1, +1}`` targets, see
+      :mod:`kernel_layers.sklearn.readout`; its penalty chosen by closed-form
+      leave-one-out for the untrained map, and for a trained map by the squared error on
+      the held-out rows of a read-out fitted on the others, where that choice beats the
+      penalty the epochs were scored with by its standard error, as
+      :class:`~kernel_layers.sklearn.DIRegressor` chooses it: leave-one-out on rows the
+      map has moved to fit favours too small a penalty) or ``"logistic"``
+      (scikit-learn's multinomial ``LogisticRegression``);
     * ``C``: the inverse regularisation of the logistic read-out (unused by ``"ridge"``).
 
     Attributes:
@@ -96,13 +102,17 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
                 f"{owner}: y must hold at least 2 classes, got 1 class (the label {y[0]!r})"
             )
         params = {k: v for k, v in self.get_params().items() if k not in ("C", "readout")}
-        self.features_ = DIFeatures(**params)._fit(X, y, owner, y_checked=True)
+        self.features_ = DIFeatures(**params)
+        learned = self.features_._fit(X, y, owner, y_checked=True)
         self.classes_ = self.features_.classes_
         features = self.features_.transform(X)
         codes = np.searchsorted(self.classes_, y)
         if self.readout == "ridge":
+            classes = len(self.classes_)
+            signed = signed_targets(torch.as_tensor(codes), classes).numpy()
+            alpha = learned.readout_alpha(features, signed, self.features_.best_epoch_)
             self.readout_: LooRidge | LogisticRegression = fit_loo_ridge(
-                features, codes, len(self.classes_)
+                features, codes, classes, alpha=alpha
             )
         else:
             self.readout_ = LogisticRegression(C=self.C, max_iter=1000).fit(features, codes)

@@ -30,7 +30,7 @@ from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.selection.rho import rho_for_epoch, rho_from_penalty
 from kernel_layers.sklearn.inputs import check_rows, default_gamma, map_rows
-from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, scale_of
+from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, held_out_alpha, scale_of
 from kernel_layers.sklearn.training import (
     DEFAULT_BATCH,
     DEFAULT_LR,
@@ -136,9 +136,7 @@ def build_map(
     return FourierLayer(x.shape[1], width, kernel=kernel, gamma=gamma, seed=seed, dtype=x.dtype)
 
 
-def ridge_score(
-    x_fit: torch.Tensor, codes_fit: np.ndarray, x_held: torch.Tensor, codes_held: np.ndarray
-) -> Any:
+class HeldOutAccuracy:
     """The held-out score of a classifying map: a ridge read-out fitted on the map's
     features of ``x_fit [N, D]`` (labels ``codes_fit [N]``), then ``(accuracy, -squared
     error)`` of its scores on ``x_held [M, D]`` against ``{-1, +1}`` targets (labels
@@ -146,22 +144,32 @@ def ridge_score(
     ``1 / M``. The read-out's penalty is chosen once, by closed-form leave-one-out on the
     first map scored (the untrained one), as :class:`~kernel_layers.sklearn.DIClassifier`
     chooses it; later maps keep it, relative to their features' scale (one Cholesky
-    solve per score)."""
-    classes = int(max(codes_fit.max(), codes_held.max())) + 1
-    targets = np.eye(classes)[codes_held] * 2 - 1
-    chosen: list[float] = []
+    solve per score; :attr:`relative_alpha`)."""
 
-    def score(layer: KernelFeatureMap) -> tuple[float, float]:
-        features = layer(x_fit).cpu().numpy()
-        if not chosen:
-            first = fit_loo_ridge(features, codes_fit, classes, calibrate=False)
-            chosen.append(first.alpha / scale_of(features))
-        readout = fit_ridge(features, codes_fit, classes, chosen[0])
-        scores = readout.scores(layer(x_held).cpu().numpy())
-        accuracy = float((scores.argmax(1) == codes_held).mean())
-        return accuracy, -float(((scores - targets) ** 2).mean())
+    def __init__(
+        self,
+        x_fit: torch.Tensor,
+        codes_fit: np.ndarray,
+        x_held: torch.Tensor,
+        codes_held: np.ndarray,
+    ) -> None:
+        self.x_fit, self.codes_fit, self.x_held, self.codes_held = (
+            x_fit, codes_fit, x_held, codes_held,
+        )  # fmt: skip
+        self.classes = int(max(codes_fit.max(), codes_held.max())) + 1
+        self.targets = np.eye(self.classes)[codes_held] * 2 - 1
+        #: The penalty every map was scored with, in units of its features' scale.
+        self.relative_alpha: float | None = None
 
-    return score
+    def __call__(self, layer: KernelFeatureMap) -> tuple[float, float]:
+        features = layer(self.x_fit).cpu().numpy()
+        if self.relative_alpha is None:
+            first = fit_loo_ridge(features, self.codes_fit, self.classes, calibrate=False)
+            self.relative_alpha = first.alpha / scale_of(features)
+        readout = fit_ridge(features, self.codes_fit, self.classes, self.relative_alpha)
+        scores = readout.scores(layer(self.x_held).cpu().numpy())
+        accuracy = float((scores.argmax(1) == self.codes_held).mean())
+        return accuracy, -float(((scores - self.targets) ** 2).mean())
 
 
 class LearnedMap(NamedTuple):
@@ -176,6 +184,27 @@ class LearnedMap(NamedTuple):
     #: The held-out score ``score_of`` built, which scored the epochs (``None``: no
     #: training or no held-out rows).
     score: Any = None
+
+    def readout_alpha(
+        self, features: np.ndarray, targets: np.ndarray, best_epoch: int
+    ) -> float | None:
+        """The read-out's penalty (on the unscaled ``Phi^T Phi``) for the map's features
+        of every row ``features [N, J]`` and their target matrix ``targets [N, L]``:
+        ``None`` (leave-one-out on every row chooses it) for the untrained map
+        (``best_epoch`` 0) or without held-out rows; for a trained map, the choice of
+        the rows it never saw (:func:`~kernel_layers.sklearn.readout.held_out_alpha`),
+        where it beats the penalty the epochs were scored with."""
+        if best_epoch <= 0 or not len(self.held) or self.score is None:
+            return None
+        fit, held = self.fit, self.held
+        relative = held_out_alpha(
+            features[fit],
+            targets[fit],
+            features[held],
+            targets[held],
+            baseline=self.score.relative_alpha,
+        )
+        return relative * scale_of(features)
 
 
 def _default_rho(
@@ -372,12 +401,13 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             TypeError, ValueError: a parameter of the wrong type or out of range (named),
                 ``batch_size <= n_components``, or a ``device`` this machine lacks.
         """
-        return self._fit(X, y, type(self).__name__)
+        self._fit(X, y, type(self).__name__)
+        return self
 
-    def _fit(self, X: Any, y: Any, owner: str, *, y_checked: bool = False) -> DIFeatures:
+    def _fit(self, X: Any, y: Any, owner: str, *, y_checked: bool = False) -> LearnedMap:
         """:meth:`fit`, its messages naming ``owner`` (``DIClassifier`` fits one inside,
         ``y_checked``: its labels already passed ``check_classification_targets``, whose
-        warnings are not given twice)."""
+        warnings are not given twice); what :func:`learn_map` hands back."""
         device = check_params(self)
         X, y = validate_data(self, X, y, dtype=np.float64)
         if not y_checked:
@@ -386,8 +416,9 @@ class DIFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         self.classes_ = encoder.classes_
         codes = encoder.transform(y)
         trains = self.max_epochs > 0 and len(self.classes_) > 1
-        learn_map(self, X, codes, device, trains, len(self.classes_), ridge_score, owner=owner)
-        return self
+        return learn_map(
+            self, X, codes, device, trains, len(self.classes_), HeldOutAccuracy, owner=owner
+        )
 
     def transform(self, X: Any) -> np.ndarray:
         """The learned features ``[n_samples, n_components_]`` (float64)."""

@@ -191,7 +191,12 @@ def loo_ridge_scores(
 
 
 def fit_loo_ridge(
-    features: np.ndarray, codes: np.ndarray, classes: int, *, calibrate: bool = True
+    features: np.ndarray,
+    codes: np.ndarray,
+    classes: int,
+    *,
+    calibrate: bool = True,
+    alpha: float | None = None,
 ) -> LooRidge:
     """Fit the ridge read-out with its penalty chosen by closed-form leave-one-out.
 
@@ -200,6 +205,7 @@ def fit_loo_ridge(
         codes (ndarray[N]): integer labels in ``[0, classes)``.
         classes: number of classes ``L >= 2`` (two classes are fitted as two columns).
         calibrate: fit the temperature of ``proba`` (``False``: ``temperature = 1``).
+        alpha: the penalty on the unscaled ``Phi^T Phi``; ``None``: chosen.
 
     Returns:
         LooRidge: the read-out fitted on all rows with the chosen penalty.
@@ -207,7 +213,7 @@ def fit_loo_ridge(
     labels = torch.as_tensor(codes, dtype=torch.long)
     found = _Decomposition(features, labels, classes)
     scale = scale_of(features)
-    alphas = torch.as_tensor(ALPHAS * scale, dtype=torch.float64)
+    alphas = torch.as_tensor(ALPHAS * scale if alpha is None else [alpha], dtype=torch.float64)
     accuracy, error = torch.empty_like(alphas), torch.empty_like(alphas)
     for i, candidate in enumerate(alphas.tolist()):
         loo = found.loo_scores(candidate)  # [N, L]
@@ -215,15 +221,10 @@ def fit_loo_ridge(
         error[i] = ((found.targets - loo) ** 2).mean()
     # the most accurate penalty; among those, the smallest leave-one-out squared error
     best = int(torch.argmin(torch.where(accuracy == accuracy.max(), error, torch.inf)))
-    alpha = float(alphas[best])
-    coef, intercept = found.weights(alpha)
-    return LooRidge(
-        coef.numpy(),
-        intercept.numpy(),
-        alpha,
-        _temperature(found.loo_scores(alpha), labels) if calibrate else 1.0,
-        float(accuracy[best]),
-    )
+    chosen = float(alphas[best])
+    coef, intercept = found.weights(chosen)
+    temperature = _temperature(found.loo_scores(chosen), labels) if calibrate else 1.0
+    return LooRidge(coef.numpy(), intercept.numpy(), chosen, temperature, float(accuracy[best]))
 
 
 def fit_loo_ridge_targets(

@@ -16,7 +16,6 @@ from kernel_layers.sklearn.inputs import map_rows
 from kernel_layers.sklearn.readout import (
     LooRidge,
     fit_loo_ridge_targets,
-    held_out_alpha,
     scale_of,
 )
 from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
@@ -160,18 +159,8 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         z = (unit - centre) / np.where(spread > 0, spread, 1.0)
         trains = self.max_epochs > 0 and len(X) > 2
         learned = learn_map(self, X, z, device, trains, None, HeldOutR2, _loo_penalty)
-        x, fit, held = learned.x, learned.fit, learned.held
-        features = self._features(x)
-        alpha = None  # chosen by leave-one-out on every row
-        if self.best_epoch_ > 0 and len(held):  # a trained map: on rows it never saw
-            relative = held_out_alpha(
-                features[fit],
-                z[fit],
-                features[held],
-                z[held],
-                baseline=learned.score.relative_alpha,  # the penalty the epochs were scored with
-            )
-            alpha = relative * scale_of(features)
+        features = self._features(learned.x)
+        alpha = learned.readout_alpha(features, z, self.best_epoch_)
         self.readout_: LooRidge = fit_loo_ridge_targets(features, z, alpha)
         return self
 
