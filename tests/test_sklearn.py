@@ -418,3 +418,20 @@ def test_a_classifiers_warnings_name_the_classifier() -> None:
     x, y = _digits(50)
     with pytest.warns(UserWarning, match=r"^DIClassifier: n_components=100 with a batch of 50"):
         DIClassifier(100, gamma=0.05, max_epochs=1, validation_fraction=None).fit(x, y)
+
+
+@pytest.mark.parametrize("value", [0.0, 2.0])
+def test_identical_rows_are_predicted_alike_from_features_that_differ_by_rounding(
+    value: float,
+) -> None:
+    # the map's features of identical rows differ in their last bits; a read-out along
+    # those differences scored 100 % on labels that carry nothing, as Ridge and SVC do not
+    from kernel_layers.sklearn import DIRegressor
+
+    x = np.full((100, 3), value)
+    labels = np.arange(100) % 2
+    clf = DIClassifier(random_state=0).fit(x, labels)
+    np.testing.assert_array_equal(clf.predict_proba(x), np.full((100, 2), 0.5))
+    targets = np.random.default_rng(0).normal(size=100)
+    reg = DIRegressor(random_state=0).fit(x, targets)
+    np.testing.assert_allclose(reg.predict(x), targets.mean(), rtol=1e-12)
