@@ -140,3 +140,14 @@ def test_from_data_errors() -> None:
         EnsembleNystrom.from_data(torch.rand(5, 2), 6, num_maps=2)
     with pytest.raises(ValueError, match=r"EnsembleNystrom.from_data: argument 'x' must have"):
         EnsembleNystrom.from_data(torch.rand(5), 2)
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_rows_are_weighted_in_the_maps_output_dtype(half: torch.dtype) -> None:
+    # the maps read half rows in float32; the weights' square roots must not be rounded
+    # to half precision (0.7071 became 0.70703125)
+    x = torch.rand(50, 4, generator=torch.Generator().manual_seed(0)).to(half)
+    ensemble = EnsembleNystrom.from_data(x.float(), 20, num_maps=2, gamma=0.5, seed=0)
+    out = ensemble(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, ensemble(x.float()), rtol=0, atol=0)

@@ -440,6 +440,13 @@ def test_nysdi_errors() -> None:
 def test_least_squares_loss_errors() -> None:
     with pytest.raises(ValueError, match=r"'weight' must have shape \[3, 2\], got \[2, 2\]"):
         least_squares_loss(torch.rand(6, 3), torch.arange(6) % 2, torch.zeros(2, 2))
+    match = r"'weight' must have the features' dtype \(torch.float32; under autocast"
+    with pytest.raises(TypeError, match=match + r".*got torch.float64"):
+        least_squares_loss(torch.rand(6, 3), torch.arange(6) % 2, torch.zeros(3, 2).double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts both: accepted
+        features = torch.rand(6, 3).bfloat16()
+        loss = least_squares_loss(features, torch.arange(6) % 2, torch.zeros(3, 2))
+    assert torch.isfinite(loss)
 
 
 def test_di_loss_errors() -> None:

@@ -208,8 +208,9 @@ class EnsembleNystrom(KernelChoice, KernelFeatureMap):
     def forward(self, x: Tensor) -> Tensor:
         """Map ``x (Tensor[..., D])`` to ``Tensor[..., n]`` ensemble Nystrom features."""
         check_features(type(self).__name__, "x", x, self.in_features)
-        scales = self.weights.sqrt().to(x.dtype)
-        return torch.cat([m(x) * scales[i] for i, m in enumerate(self.maps)], dim=-1)
+        features = [m(x) for m in self.maps]  # each in its output dtype (half rows: float32)
+        scales = self.weights.sqrt().to(features[0].dtype)
+        return torch.cat([f * scales[i] for i, f in enumerate(features)], dim=-1)
 
     def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
         """``k(x, z) (Tensor[B, n])``: the kernel every map approximates, in the inputs' dtype."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from kernel_layers._validation import check_finite, check_matrix
@@ -60,7 +61,8 @@ def _check_parameter(
     owner: str, name: str, value: object, shape: tuple[int, ...], features: Tensor
 ) -> None:
     """Raise unless ``value`` is a finite floating tensor of ``shape`` on ``features``'
-    device (its precision is the caller's: under autocast it may differ)."""
+    device, of their dtype (under autocast, which casts both, a precision other than
+    float64 may differ)."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{owner}: argument '{name}' must be a torch.Tensor, got {value!r}")
     if value.shape != shape:
@@ -71,5 +73,13 @@ def _check_parameter(
         raise TypeError(
             f"{owner}: argument '{name}' must be a floating tensor on the features' device "
             f"({features.device}), got {value.dtype} on {value.device}"
+        )
+    autocast = torch.is_autocast_enabled(features.device.type)  # casts all but float64
+    if value.dtype != features.dtype and (
+        not autocast or torch.float64 in (value.dtype, features.dtype)
+    ):
+        raise TypeError(
+            f"{owner}: argument '{name}' must have the features' dtype ({features.dtype}; "
+            f"under autocast a lower precision too, but not float64), got {value.dtype}"
         )
     check_finite(owner, name, value)
