@@ -30,6 +30,27 @@ def test_di_of_huge_float32_features_is_correct() -> None:
     assert value == pytest.approx(reference, abs=1e-4)
 
 
+@pytest.mark.parametrize(("offset", "form"), [(1e6, "primal"), (1e6, "dual"), (1e4, "auto")])
+def test_float32_features_far_from_zero_are_centred_with_their_exact_mean(
+    offset: float, form: str
+) -> None:
+    # a mean summed in float32 is off by a twentieth of the columns' spread at 1e6; the
+    # reference is float64 arithmetic on the very same float32 values
+    gen = torch.Generator().manual_seed(0)
+    rows = 300 if form == "dual" else 2000
+    x = offset + torch.randn(rows, 20, generator=gen)
+    y = torch.randint(0, 3, (rows,), generator=gen)
+    onehot = torch.nn.functional.one_hot(y, 3).double()
+    targets = onehot / onehot.norm(dim=0)
+    phi = x.double() - x.double().mean(0)
+    y_c = targets - targets.mean(0)
+    cross = phi.T @ y_c
+    scatter = phi.T @ phi + 1e-4 * torch.eye(20, dtype=torch.float64)
+    reference = float((cross * torch.linalg.solve(scatter, cross)).sum())
+    value = discriminant_information(x, y, rho=1e-4, form=form).item()
+    assert value == pytest.approx(reference, rel=1e-5)
+
+
 @pytest.mark.parametrize(
     ("batch", "width", "form"),
     [(50, 500, "dual"), (50, 500, "primal"), (1000, 100, "primal"), (600, 300, "auto")],

@@ -140,12 +140,12 @@ def check_column_sums(owner: str, features: Tensor, column_sums: Tensor) -> None
     Args:
         owner: the caller's name for messages.
         features (Tensor[B, J]): the features DI reads.
-        column_sums (Tensor[J]): their column sums, in their dtype.
+        column_sums (Tensor[J]): their column sums (in their dtype or wider).
 
     Raises:
         ValueError: ``features`` holds NaN / Inf, or entries whose sums overflow.
     """
-    if bool(torch.isfinite(column_sums).all()):
+    if bool(torch.isfinite(column_sums.to(features.dtype)).all()):  # within its range
         return
     check_matrix(owner, "features", features, max_abs=sum_limit(features), why=SUM_OVERFLOW)
     raise ValueError(  # not reached: entries within sum_limit cannot overflow a sum

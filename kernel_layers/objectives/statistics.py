@@ -25,7 +25,11 @@ from torch import Tensor
 
 from kernel_layers.numerics.linalg import gram_matrix
 
+#: The dtype the moment sums and means are accumulated in, whatever the features'.
+SUMS_DTYPE = torch.float64
+
 __all__ = [
+    "SUMS_DTYPE",
     "DIStatistics",
     "Moments",
     "Sync",
@@ -96,14 +100,17 @@ def moment_sums(features: Tensor, targets: Tensor, *, joint: Tensor | None = Non
             caller holds them so (one pass sums both).
 
     Returns:
-        Tensor[1 + J + 2 L]: the packed sums, in the features' dtype.
+        Tensor[1 + J + 2 L]: the packed sums, accumulated in float64 (:data:`SUMS_DTYPE`):
+        a float32 mean of columns far from zero is off by a fraction of their spread,
+        and the centred columns with it.
     """
-    count = torch.full((1,), float(features.shape[0]), dtype=features.dtype, device=features.device)
+    wide = SUMS_DTYPE
+    count = torch.full((1,), float(features.shape[0]), dtype=wide, device=features.device)
     if joint is None:
-        columns = [features.sum(0), targets.sum(0)]
+        columns = [features.sum(0, dtype=wide), targets.sum(0, dtype=wide)]
     else:
-        columns = [joint.sum(0)]
-    return torch.cat([count, *columns, (targets * targets).sum(0)])
+        columns = [joint.sum(0, dtype=wide)]
+    return torch.cat([count, *columns, targets.square().sum(0, dtype=wide)])
 
 
 class Moments(NamedTuple):
@@ -112,7 +119,8 @@ class Moments(NamedTuple):
 
     Attributes:
         rows (Tensor[]): the row count ``n``.
-        means (Tensor[J + L]): the feature means, then the (scaled) target means.
+        means (Tensor[J + L]): the feature means, then the (scaled) target means, in
+            :data:`SUMS_DTYPE`.
         scale (Tensor[L] | None): the target column scale, ``None`` when not scaled.
         width (int): ``J``.
     """
@@ -175,14 +183,21 @@ def centre(
     Returns:
         tuple[Tensor[B, J], Tensor[B, L]]: ``Phi_c`` and ``Y_c``.
     """
-    if joint is None:
-        if moments.scale is not None:
-            targets = targets * moments.scale
-        return features - moments.mean, targets - moments.target_mean
+    dtype = features.dtype if joint is None else joint.dtype
+    # the float64 means as a sum hi + lo of two numbers of the columns' dtype: x - hi is
+    # exact for x near hi, and - lo then rounds at the centred values' own scale
+    high = moments.means.to(dtype)
+    low = (moments.means - high.to(moments.means.dtype)).to(dtype)
+    scale = None if moments.scale is None else moments.scale.to(dtype)
     width = moments.width
-    if moments.scale is not None:
-        joint[:, width:].mul_(moments.scale)
-    joint.sub_(moments.means)
+    if joint is None:
+        if scale is not None:
+            targets = targets * scale
+        phi_c = features - high[:width] - low[:width]
+        return phi_c, targets - high[width:] - low[width:]
+    if scale is not None:
+        joint[:, width:].mul_(scale)
+    joint.sub_(high).sub_(low)
     return joint[:, :width], joint[:, width:]
 
 
@@ -276,14 +291,15 @@ def di_statistics(features: Tensor, targets: Tensor) -> DIStatistics:
     moments = compute_moments(sums, width, scale_columns=False)
     phi_c, y_c = centre(features, targets, moments)
     scatter, cross = centred_products(phi_c, y_c)
+    dtype = features.dtype
     return DIStatistics(
-        rows=moments.rows,
-        mean=moments.mean,
+        rows=moments.rows.to(dtype),
+        mean=moments.mean.to(dtype),
         scatter=scatter,
-        target_mean=moments.target_mean,
+        target_mean=moments.target_mean.to(dtype),
         cross=cross,
         target_scatter=(y_c * y_c).sum(0),
-        target_norm=sums[1 + width + targets.shape[1] :],
+        target_norm=sums[1 + width + targets.shape[1] :].to(dtype),
     )
 
 
