@@ -30,6 +30,34 @@ def test_di_of_huge_float32_features_is_correct() -> None:
     assert value == pytest.approx(reference, abs=1e-4)
 
 
+@pytest.mark.parametrize("rows", [500, 4000])
+def test_float32_di_of_nearly_collinear_features_within_sqrt_rows_times_its_estimate(
+    rows: int,
+) -> None:
+    # two features 0.01 apart (cond(S) about 3e4): the float32 Gram is kept (estimate
+    # below GRAM_PRECISION_LIMIT), and its products' round-off, accumulated over the
+    # rows, moves DI by several times the estimate
+    from kernel_layers.numerics.precision import GRAM_PRECISION_LIMIT, roundoff_estimate
+
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 2, (rows,), generator=gen)
+    base = torch.randn(rows, generator=gen)
+    noise = torch.randn(rows, generator=gen)
+    x = torch.stack([base, base + 0.01 * (y + noise)], 1)
+    phi = x.double() - x.double().mean(0)
+    onehot = torch.nn.functional.one_hot(y, 2).double()
+    y_c = onehot / onehot.norm(dim=0) - (onehot / onehot.norm(dim=0)).mean(0)
+    scatter = phi.T @ phi + 1e-4 * torch.eye(2, dtype=torch.float64)
+    cross = phi.T @ y_c
+    reference = float((cross * torch.linalg.solve(scatter, cross)).sum())
+    estimate = float(
+        roundoff_estimate(torch.float32, scatter.diagonal().max(), torch.linalg.cholesky(scatter))
+    )
+    assert estimate < GRAM_PRECISION_LIMIT  # the float32 Gram is kept
+    value = discriminant_information(x, y, rho=1e-4).item()
+    assert abs(value - reference) <= rows**0.5 * estimate * reference
+
+
 @pytest.mark.parametrize(("offset", "form"), [(1e6, "primal"), (1e6, "dual"), (1e4, "auto")])
 def test_float32_features_far_from_zero_are_centred_with_their_exact_mean(
     offset: float, form: str

@@ -60,9 +60,12 @@ NARROW_INPUT_WIDTH = 64
 #: A Gram matrix formed in float32 is recomputed in float64 when its round-off estimate
 #: (:func:`roundoff_estimate`) exceeds this, or when the float32 ``S`` is not positive
 #: definite at all (nearly rank-deficient features): above it float32 DI of nearly
-#: rank-deficient features can err by percents. Below it the relative error is of the
-#: order of the estimate; the DI of the benchmarks' rows is within the agreement table's
-#: bound (benchmarks/README.md).
+#: rank-deficient features can err by percents. Below it the relative error of DI is
+#: within ``sqrt(B)`` times the estimate for a batch of ``B`` rows: the float32 products
+#: accumulate round-off over the rows, which the estimate leaves out, and two nearly
+#: collinear features come within a small factor of that bound. The DI of the
+#: benchmarks' rows is within the agreement table's bound (benchmarks/README.md);
+#: float64 features avoid the question.
 #: Float64 features are exact to float64 round-off.
 GRAM_PRECISION_LIMIT = 3e-3
 
