@@ -366,7 +366,7 @@ class MonitorCallback(Callback):
 
     def _logged_value(self, trainer: pl.Trainer, key: str, when: str = EPOCH_END) -> float | None:
         """The value logged under ``key`` by ``when`` (for the message), or ``None`` when
-        it is missing and not ``strict`` (with a warning).
+        it is missing and not ``strict`` (with a warning); a NaN is warned of too.
 
         Raises:
             RuntimeError: ``strict`` and ``key`` was not logged.
@@ -378,7 +378,14 @@ class MonitorCallback(Callback):
                 raise RuntimeError(message)
             rank_zero_warn(message, category=RuntimeWarning)
             return None
-        return read_monitor(self._owner, logs, key)
+        value = read_monitor(self._owner, logs, key)
+        if math.isnan(value):
+            rank_zero_warn(
+                f"{self._owner}: monitored metric '{key}' is NaN at {when}; it counts as no "
+                "improvement",
+                category=RuntimeWarning,
+            )
+        return value
 
     @staticmethod
     def _info(message: str) -> None:

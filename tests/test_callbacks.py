@@ -246,7 +246,9 @@ def test_plateau_decay_respects_min_lr_for_every_group(
 
 def test_plateau_decay_nan_counts_as_no_improvement(make_trainer: Callable[..., L.Trainer]) -> None:
     cb = PlateauDecay(patience=2)
-    fit(make_trainer, [1.0, NAN, NAN, 2.0], [cb], max_epochs=4)
+    match = r"PlateauDecay: monitored metric 'train/di_epoch' is NaN at .*no improvement"
+    with pytest.warns(RuntimeWarning, match=match):
+        fit(make_trainer, [1.0, NAN, NAN, 2.0], [cb], max_epochs=4)
     assert cb.decay_epochs == [2]
     assert cb.best_score == 2.0
 
