@@ -380,7 +380,9 @@ def test_covtype_rejects_malformed_csv(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must have 55 comma-separated columns"):
         CovTypeDataModule(tmp_path, download=False).setup()
     (tmp_path / "covtype.data").write_text(",".join(["1"] * 54 + ["9"]) + "\n")
-    with pytest.raises(ValueError, match=r"labels in .* must be integers in 1\.\.7"):
+    with pytest.raises(
+        ValueError, match=r"labels in .* must be integers in 1\.\.7, got 9 in row 0"
+    ):
         CovTypeDataModule(tmp_path, download=False).setup()
     (tmp_path / "covtype.data").write_text(",".join(["1.5"] * 54 + ["2"]) + "\n")
     with pytest.raises(ValueError, match=r"cannot parse .* as a CSV of integers"):
@@ -486,9 +488,10 @@ def test_tensor_data_module_infers_shapes() -> None:
     assert dm.hparams["batch_size"] == 10 and "x_train" not in dm.hparams
     with pytest.raises(ValueError, match=r"argument 'y_test' must be integers in \[0, 2\)"):
         TensorDataModule(x[:50], y[:50] % 2, x[50:], y[50:], num_classes=2)
-    with pytest.raises(ValueError, match="argument 'x_train' contain NaN or Inf"):
+    match = "argument 'x_train' contain NaN or Inf: 2 value\\(s\\), the first in row 3"
+    with pytest.raises(ValueError, match=match):
         bad = x[:50].clone()
-        bad[0, 0, 0] = float("nan")
+        bad[3, 0, 0] = bad[7, 1, 2] = float("nan")
         TensorDataModule(bad, y[:50], x[50:], y[50:]).setup()
 
 

@@ -79,7 +79,10 @@ class LetterDataModule(SklearnHomeDataModule):
         )
         letters = np.asarray(y).astype(str)
         if not all(len(s) == 1 and "A" <= s <= "Z" for s in np.unique(letters)):
-            raise ValueError(f"unexpected OpenML letter targets {np.unique(letters)[:5]}")
+            raise ValueError(
+                "Letter: OpenML's targets must be single capital letters A-Z, got "
+                f"{np.unique(letters)[:5].tolist()}"
+            )
         labels = np.frombuffer(np.char.encode(letters, "ascii"), dtype=np.uint8)
         return np.asarray(x, dtype=np.float64), labels.astype(np.int64) - ord("A")
 

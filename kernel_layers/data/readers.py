@@ -149,8 +149,13 @@ def read_covtype_csv(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
             f"(54 features + cover type), got {table.shape[1]}"
         )
     labels = table[:, -1]
-    if not np.all((labels >= 1) & (labels <= 7)):
-        raise ValueError(f"read_covtype_csv: labels in '{path}' must be integers in 1..7")
+    outside = ~((labels >= 1) & (labels <= 7) & (labels == np.round(labels)))
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        raise ValueError(
+            f"read_covtype_csv: labels in '{path}' must be integers in 1..7, got "
+            f"{labels[row]:g} in row {row}"
+        )
     return table[:, :-1], labels.astype(np.int64) - 1
 
 

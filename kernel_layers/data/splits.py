@@ -41,7 +41,7 @@ def check_feature_values(owner: str, what: str, x: np.ndarray) -> None:
     if x.size == 0 or x.dtype.kind in "biu":
         return
     if not np.all(np.isfinite(x)):
-        raise ValueError(f"{owner}: {what} contain NaN or Inf")
+        raise ValueError(f"{owner}: {what} contain NaN or Inf{_first_bad(x)}")
     largest = float(np.max(np.abs(x)))
     if largest > MAX_RAW_MAGNITUDE:
         raise ValueError(
@@ -105,7 +105,7 @@ def check_target_values(owner: str, what: str, y: np.ndarray) -> np.ndarray:
         raise ValueError(f"{owner}: {what} must have shape [N] or [N, L], got {list(y.shape)}")
     y = y.reshape(len(y), -1)
     if y.size and not np.all(np.isfinite(y)):
-        raise ValueError(f"{owner}: {what} contain NaN or Inf")
+        raise ValueError(f"{owner}: {what} contain NaN or Inf{_first_bad(y)}")
     limit = float(np.finfo(np.float32).max)
     if y.size and float(np.max(np.abs(y))) > limit:
         raise ValueError(
@@ -206,3 +206,11 @@ def validation_split(
     _, val_rng = split_seeds(seed)
     perm = val_rng.permutation(n)
     return np.sort(perm[:n_val]), np.sort(perm[n_val:])
+
+
+def _first_bad(values: np.ndarray) -> str:
+    """``": N value(s), the first in row i"`` for the non-finite entries of ``values
+    [N, ...]`` (rows counted from 0)."""
+    bad = ~np.isfinite(values.reshape(len(values), -1))
+    first = int(np.flatnonzero(bad.any(1))[0])
+    return f": {int(bad.sum())} value(s), the first in row {first}"

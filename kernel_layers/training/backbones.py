@@ -234,7 +234,8 @@ def _find_head(model: nn.Module, attr: str | None) -> tuple[nn.Module, str, nn.L
     """``(parent, name, linear)`` of the model's classifier head."""
     owner = "strip_head"
     if not isinstance(model, nn.Module):
-        raise TypeError(f"{owner}: argument 'model' must be an nn.Module, got {type(model)}")
+        kind = type(model).__name__
+        raise TypeError(f"{owner}: argument 'model' must be an nn.Module, got {kind}")
     candidates = [attr] if attr is not None else [a for a in HEAD_ATTRIBUTES if hasattr(model, a)]
     for name in candidates:
         parent: nn.Module = model
