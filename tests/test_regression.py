@@ -90,6 +90,19 @@ def test_unit_norm_columns_give_di_as_the_sum_of_in_batch_ridge_r2() -> None:
     assert 0.5 < value <= 1.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("value", "rows"), [(0.1, 3), (0.1, 1000), (123.456, 10), (0.7, 1000)])
+def test_a_constant_column_whose_mean_is_inexact_becomes_zeros(
+    value: float, rows: int, dtype: torch.dtype
+) -> None:
+    # the float64 mean of 0.1 repeated is not 0.1: the round-off left after centring was
+    # scaled up to a unit-norm column of noise
+    y = torch.stack([torch.full((rows,), value, dtype=dtype), torch.arange(rows, dtype=dtype)], 1)
+    scaled = unit_norm_columns(y)
+    assert scaled[:, 0].abs().max().item() == 0.0
+    assert scaled[:, 1].norm().item() == pytest.approx(1.0, rel=1e-6)
+
+
 # ---------------------------------------------------------------- the data module
 def test_float_targets_are_served_unscaled_as_float32_columns() -> None:
     data = _data(300, targets=2)

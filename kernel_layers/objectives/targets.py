@@ -8,9 +8,19 @@ from torch import Tensor
 from kernel_layers._validation import check_finite, check_int, check_matrix
 from kernel_layers.numerics.deferred import active_checks
 from kernel_layers.numerics.precision import SQUARE_OVERFLOW, square_sum_limit
-from kernel_layers.objectives.statistics import Sync
+from kernel_layers.objectives.statistics import (
+    Sync,
+    centre,
+    compute_moments,
+    moment_sums,
+    unit_column_scale,
+)
 
-__all__ = ["encode_targets", "unit_norm_columns"]
+__all__ = ["CONSTANT_COLUMN", "encode_targets", "unit_norm_columns"]
+
+#: A target column whose centred sum of squares is at most this fraction of its sum of
+#: squares is constant (its centred values are the round-off of its float64 mean).
+CONSTANT_COLUMN = (16 * torch.finfo(torch.float64).eps) ** 2
 
 
 def encode_targets(
@@ -123,13 +133,12 @@ def unit_norm_columns(targets: Tensor, *, sync_dist: bool = False) -> Tensor:
     check_matrix("unit_norm_columns", "targets", targets)
     sync = Sync.create(sync_dist, None)
     wide = targets.double()  # a float32 column's sum or norm could overflow
-    sums = torch.cat([wide.new_full((1,), wide.shape[0]), wide.sum(0)])
-    if sync is not None:
-        sync.all_reduce(sums)
-    centred = wide - sums[1:] / sums[0].clamp_min(1.0)
-    squares = (centred * centred).sum(0)
+    none = wide[:, :0]  # no features: the statistics of the targets alone
+    moments = compute_moments(moment_sums(none, wide), 0, scale_columns=False, sync=sync)
+    _, centred = centre(none, wide, moments)
+    squares = torch.stack([centred.square().sum(0), wide.square().sum(0)])  # [2, L]
     if sync is not None:
         sync.all_reduce(squares)
-    norms = squares.sqrt()
-    tiny = torch.finfo(centred.dtype).tiny
-    return (centred / norms.clamp_min(tiny) * (norms > 0)).to(targets.dtype)
+    # a constant column whose mean is not exact in float64 keeps round-off, not spread
+    spread = torch.where(squares[0] > CONSTANT_COLUMN * squares[1], squares[0], 0.0)
+    return (centred * unit_column_scale(spread)).to(targets.dtype)
