@@ -28,11 +28,10 @@ from kernel_layers._validation import (
     check_bool,
     check_dtype,
     check_factory,
-    check_positive,
 )
 from kernel_layers.kernels import gaussian_kernel
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.layers.kernel_choice import check_gamma_unchanged
+from kernel_layers.layers.kernel_choice import GammaSetting
 from kernel_layers.numerics.precision import autocast_off, upcast
 
 __all__ = ["FastfoodLayer", "hadamard_transform"]
@@ -60,7 +59,7 @@ def hadamard_transform(x: Tensor) -> Tensor:
     return x
 
 
-class FastfoodLayer(KernelFeatureMap):
+class FastfoodLayer(GammaSetting, KernelFeatureMap):
     r"""Gaussian-kernel random features ``sqrt(2/J) cos(V x + b)`` with Fastfood ``V``.
 
     See the module docstring for the construction. ``J`` features come from
@@ -90,6 +89,8 @@ class FastfoodLayer(KernelFeatureMap):
     signs: Tensor
     permutation: Tensor
 
+    _gamma_fixed = True  # S and G were drawn at its scale
+
     def __init__(
         self,
         in_features: int,
@@ -105,7 +106,7 @@ class FastfoodLayer(KernelFeatureMap):
         super().__init__(in_features, out_features)
         owner = type(self).__name__
         device, dtype = check_factory(owner, device, dtype)
-        self._gamma = check_positive(owner, "gamma", gamma)
+        self.gamma = gamma  # checked; fixed once built (S and G are drawn at its scale)
         self.trainable = check_bool(owner, "trainable", trainable)
         self.padded = 1 << (self.in_features - 1).bit_length()  # d' = a power of two
         self.num_blocks = math.ceil(self.out_features / self.padded)
@@ -173,22 +174,6 @@ class FastfoodLayer(KernelFeatureMap):
             phase = self.projections(upcast(flat)) + upcast(self.phases)
             out = torch.cos(phase) * math.sqrt(2.0 / self.out_features)
         return out.reshape(*x.shape[:-1], self.out_features)
-
-    @property
-    def gamma(self) -> float:
-        """The Gaussian kernel's ``gamma``, fixed once built (``S`` and ``G`` were drawn
-        at its scale)."""
-        return self._gamma
-
-    @gamma.setter
-    def gamma(self, value: float) -> None:
-        owner = type(self).__name__
-        check_gamma_unchanged(owner, self._gamma, check_positive(owner, "gamma", value))
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        if "gamma" in state:  # a map pickled when gamma was a plain attribute
-            state["_gamma"] = state.pop("gamma")
-        super().__setstate__(state)
 
     def exact_kernel(self, x: Tensor, z: Tensor) -> Tensor:
         """``exp(-gamma ||x - z||^2) (Tensor[B, n])``, the Gaussian kernel the features

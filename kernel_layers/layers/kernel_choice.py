@@ -11,7 +11,7 @@ from torch import Tensor
 from kernel_layers._validation import check_positive
 from kernel_layers.kernels import Kernel, get_kernel, registered_name
 
-__all__ = ["KernelChoice", "check_gamma_unchanged"]
+__all__ = ["GammaSetting", "KernelChoice", "check_gamma_unchanged"]
 
 
 def check_gamma_unchanged(owner: str, old: float, new: float) -> None:
@@ -28,32 +28,22 @@ def check_gamma_unchanged(owner: str, old: float, new: float) -> None:
         )
 
 
-class KernelChoice:
-    """Mixin of the maps built on one kernel: validates and records its settings.
+class GammaSetting:
+    """Mixin of a map's kernel parameter ``gamma``: checked ``> 0`` when assigned, and
+    refused once built where the map's parameters were drawn from it (``_gamma_fixed``).
 
     Attributes:
-        kernel (str): the kernel's name.
-        gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention);
-            assigning a new value checks it (and is refused by the maps whose parameters
-            were drawn from it).
-        kernel_params (Mapping[str, float]): further kernel parameters, defaults filled
-            in; read-only (the kernel is bound to them when the map is built).
+        gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention).
     """
 
-    kernel: str
     _gamma: float
     #: Whether the map's parameters were drawn from ``gamma`` (random Fourier
     #: frequencies): a new value is then refused instead of leaving them at the old one.
     _gamma_fixed: ClassVar[bool] = False
-    _kernel_params: dict[str, float]
-    _kernel: Kernel
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        # A map pickled when gamma and kernel_params were plain attributes.
-        if "gamma" in state:
+        if "gamma" in state:  # a map pickled when gamma was a plain attribute
             state["_gamma"] = state.pop("gamma")
-        if "kernel_params" in state:
-            state["_kernel_params"] = state.pop("kernel_params")
         super().__setstate__(state)  # type: ignore[misc]  # nn.Module's, by the maps' MRO
 
     @property
@@ -72,6 +62,29 @@ class KernelChoice:
 
     def _on_gamma(self, value: float) -> None:
         """What a new ``gamma`` changes besides the kernel (sub-maps take it too)."""
+
+
+class KernelChoice(GammaSetting):
+    """Mixin of the maps built on one kernel: validates and records its settings.
+
+    Attributes:
+        kernel (str): the kernel's name.
+        gamma (float): the kernel parameter ``> 0`` (scikit-learn's convention);
+            assigning a new value checks it (and is refused by the maps whose parameters
+            were drawn from it).
+        kernel_params (Mapping[str, float]): further kernel parameters, defaults filled
+            in; read-only (the kernel is bound to them when the map is built).
+    """
+
+    kernel: str
+    _kernel_params: dict[str, float]
+    _kernel: Kernel
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A map pickled when kernel_params was a plain attribute.
+        if "kernel_params" in state:
+            state["_kernel_params"] = state.pop("kernel_params")
+        super().__setstate__(state)
 
     @property
     def kernel_params(self) -> Mapping[str, float]:
