@@ -333,6 +333,33 @@ def test_a_float64_predictor_has_no_float32_round_off(
         model.predictor(dm, dtype=torch.float16)
 
 
+@pytest.mark.parametrize("scaled", [True, False])
+def test_a_model_trained_in_float64_predicts_in_float64_by_default(scaled: bool) -> None:
+    # dtype=None is "as the model is": the scaling handed a float64 map float32 rows
+    L.seed_everything(0)
+    dm = _data()
+    model = KernelClassifier(NystromLayer(64, 20, gamma=0.5), num_classes=10, lr=1e-2)
+    trainer = L.Trainer(
+        max_epochs=1,
+        precision="64-true",
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, dm)
+    raw = torch.from_numpy(_digits()[2][:20])  # float32 rows
+    predictor = model.predictor(dm if scaled else None)
+    rows = raw if scaled else dm.input_scaling()(raw)
+    assert predictor.input_dtype == torch.float64
+    classes, scores = predictor(rows.float())
+    assert scores.dtype == torch.float64
+    reference = model.predictor(dm if scaled else None, dtype=torch.float64)(rows.double())
+    torch.testing.assert_close(scores, reference[1], atol=0, rtol=0)
+    torch.testing.assert_close(classes, reference[0])
+
+
 def test_export_onnx_names_what_onnxruntime_cannot_run(tmp_path) -> None:
     """onnxruntime's CPU convolution is float32 only: a float64 CNN model is refused with
     a message that says so, and no file is left behind."""

@@ -19,6 +19,7 @@ from kernel_layers.data.base import ArrayDataModule
 from kernel_layers.data.scaling import InputScaling
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.layers.nystrom import NystromLayer
+from kernel_layers.training.architecture import floating_dtype
 from kernel_layers.training.landmarks import rows_pending
 from kernel_layers.training.readout import head_needs_fit
 
@@ -50,8 +51,9 @@ class Predictor(nn.Module):
         scaling: the data module's scaling of raw rows (:class:`InputScaling`), or ``None``.
         dtype: evaluate in this dtype (e.g. ``torch.float64`` where float32 round-off,
             amplified by an ill-conditioned ``K_Z``, moves the scores); ``None``: the
-            modules' own (float32 for trained models). The scaling always computes in
-            float64 and hands the model this dtype.
+            modules' own (float32 for models trained in the default precision, float64
+            for ``precision="64-true"``). Rows are handed to the first module in this
+            dtype; the scaling always computes in float64.
 
     Shape:
         ``x (Tensor[B, ...])`` -> ``(classes Tensor[B] int64, scores Tensor[B, L])``.
@@ -91,8 +93,11 @@ class Predictor(nn.Module):
             for module in (self.backbone, self.kernel_layer, self.readout):
                 if module is not None:
                     module.to(dtype)
-            if self.scaling is not None:
-                self.scaling.dtype = dtype  # its statistics stay float64
+        first = self.backbone if self.backbone is not None else self.kernel_layer
+        #: The dtype the first module reads: rows are handed to it in that dtype.
+        self.input_dtype = dtype or floating_dtype(first) or torch.get_default_dtype()
+        if self.scaling is not None:
+            self.scaling.dtype = self.input_dtype  # its statistics stay float64
         self.eval()
         self.requires_grad_(False)
 
@@ -101,6 +106,8 @@ class Predictor(nn.Module):
         ``x`` scaled, through the backbone (or flattened)."""
         if self.scaling is not None:
             x = self.scaling(x)
+        elif x.dtype != self.input_dtype:  # rows as the model was trained on them
+            x = x.to(self.input_dtype)
         if self.backbone is not None:
             x = self.backbone(x)
         elif x.ndim > 2:
