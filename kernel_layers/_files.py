@@ -36,6 +36,18 @@ def fresh_file(path: Path) -> Path:
     raise FileExistsError(f"no fresh temporary name beside '{path}' after {_TRIES} tries")
 
 
+def probe_folder(folder: Path) -> None:
+    """Create ``folder`` if missing and a fresh file in it, then remove that file: fails,
+    before any work, where a later write there would (a folder that is a file, not
+    writable, or on a read-only file system).
+
+    Raises:
+        OSError: the folder cannot be made or written.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh_file(folder / "kernel-layers-write-test").unlink()  # follows no link
+
+
 @contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a new empty temporary file beside ``path`` to write, then rename it over

@@ -600,6 +600,10 @@ def test_scoring_without_a_checkpoint_is_refused(
             ["test", "--config", "quickstart", "--ckpt_path", "missing.ckpt"],
             "kernel-layers: argument '--ckpt_path'",
         ),
+        (
+            ["fit", "--config", "quickstart", "--model.objective", "xx"],
+            "KernelClassifier: argument 'objective' must be one of ['di', 'ls', 'ce'], got 'xx'",
+        ),
     ],
 )
 def test_from_a_console_a_refused_argument_is_a_usage_error(
@@ -1054,6 +1058,24 @@ def test_export_refuses_bad_arguments(fitted_quickstart: Path, monkeypatch, caps
         main(["export", "--config", "quickstart", "--ckpt_path", "last", "--export_output", "m.pt"])
     assert exit_info.value.code == 2
     assert "argument --export_output must end in .onnx, got 'm.pt'" in capsys.readouterr().err
+    (fitted_quickstart / "a-file").write_text("")  # a folder that is a file: refused first
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "export",
+                "--config",
+                "quickstart",
+                "--ckpt_path",
+                "last",
+                "--export_output",
+                "a-file/m.onnx",
+            ]
+        )
+    assert exit_info.value.code == 2
+    assert (
+        "argument --export_output must be a file in a folder that can be written, got "
+        "'a-file/m.onnx' (FileExistsError" in capsys.readouterr().err
+    )
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "onnxscript", None)  # as if the extra were not installed
         with pytest.raises(SystemExit):

@@ -520,3 +520,19 @@ def test_image_files_come_in_natural_order(tmp_path: pathlib.Path) -> None:
         "10.png",
         "a.png",
     ]
+
+
+def test_prediction_writer_refuses_a_folder_it_cannot_write_before_predicting(
+    tmp_path: pathlib.Path,
+) -> None:
+    from kernel_layers.training.predictions import PredictionWriter
+
+    (tmp_path / "a-file").write_text("")
+    match = (
+        r"PredictionWriter: argument 'output' must be a file in a folder that can be written, "
+        r"got '.*a-file/p.csv' \((FileExistsError|NotADirectoryError)"
+    )
+    with pytest.raises(ValueError, match=match):
+        PredictionWriter(tmp_path / "a-file" / "p.csv")
+    PredictionWriter(tmp_path / "new" / "p.csv")  # a missing folder is made
+    assert (tmp_path / "new").is_dir() and not list((tmp_path / "new").iterdir())

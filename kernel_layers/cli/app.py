@@ -340,6 +340,13 @@ class KernelLayersCLI(LightningCLI):
         if trainer is not None and trainer.get("enable_progress_bar") is None:
             trainer["enable_progress_bar"] = sys.stdout.isatty()
 
+    def instantiate_classes(self) -> None:
+        """Build the model, the data module and the trainer; from a console, a setting
+        the library's checks refuse (``--model.objective xx``) ends the command with its
+        message and status 2, as a value of the wrong type does."""
+        with self._usage_errors():
+            super().instantiate_classes()
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with two adjustments to the configured callbacks:
         ``--trainer.enable_checkpointing false`` drops the recipe's ``ModelCheckpoint``

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import Tensor, nn
 
-from kernel_layers._files import fresh_file
+from kernel_layers._files import probe_folder
 from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
@@ -121,8 +121,7 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
         if not isinstance(callback, ModelCheckpoint) or not dirpath:
             continue
         try:
-            Path(dirpath).mkdir(parents=True, exist_ok=True)
-            fresh_file(Path(dirpath) / "kernel-layers-write-test").unlink()  # follows no link
+            probe_folder(Path(dirpath))
         except OSError as err:
             raise PermissionError(
                 f"{owner}: ModelCheckpoint's dirpath '{dirpath}' must be a writable "
