@@ -426,6 +426,7 @@ def test_identical_rows_are_predicted_alike_from_features_that_differ_by_roundin
 ) -> None:
     # the map's features of identical rows differ in their last bits; a read-out along
     # those differences scored 100 % on labels that carry nothing, as Ridge and SVC do not
+    # (identical training rows are given one feature row)
     from kernel_layers.sklearn import DIRegressor
 
     x = np.full((100, 3), value)
@@ -435,3 +436,17 @@ def test_identical_rows_are_predicted_alike_from_features_that_differ_by_roundin
     targets = np.random.default_rng(0).normal(size=100)
     reg = DIRegressor(random_state=0).fit(x, targets)
     np.testing.assert_allclose(reg.predict(x), targets.mean(), rtol=1e-12)
+
+
+def test_features_of_small_spread_far_from_zero_are_read_out() -> None:
+    # rows 1e6 + 0.1 x: the map's features vary by a relative 1e-7, which float64
+    # resolves; a read-out that treated that spread as round-off explained nothing
+    from sklearn.datasets import make_regression
+
+    from kernel_layers.sklearn import DIRegressor
+
+    x, y = make_regression(400, 4, noise=1.0, random_state=0)
+    near = DIRegressor(kernel="linear", max_epochs=0, random_state=0).fit(x * 0.1, y)
+    far = DIRegressor(kernel="linear", max_epochs=0, random_state=0).fit(x * 0.1 + 1e6, y)
+    assert near.score(x * 0.1, y) > 0.999
+    assert far.score(x * 0.1 + 1e6, y) > 0.999

@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers._validation import check_choice, check_positive
 from kernel_layers.sklearn.features import DIFeatures, check_params
-from kernel_layers.sklearn.inputs import map_rows
+from kernel_layers.sklearn.inputs import map_rows, training_features
 from kernel_layers.sklearn.readout import LooRidge, fit_loo_ridge, signed_targets
 from kernel_layers.sklearn.training import DEFAULT_LR, DEFAULT_MAX_EPOCHS
 
@@ -105,7 +105,7 @@ class DIClassifier(ClassifierMixin, BaseEstimator):
         self.features_ = DIFeatures(**params)
         learned = self.features_._fit(X, y, owner, y_checked=True)
         self.classes_ = self.features_.classes_
-        features = self.features_.transform(X)
+        features = training_features(owner, self.features_.layer_, X)
         codes = np.searchsorted(self.classes_, y)
         if self.readout == "ridge":
             classes = len(self.classes_)

@@ -14,7 +14,7 @@ from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.numerics.precision import DISTANCE_OVERFLOW, distance_limit
 from kernel_layers.selection.heuristic import gamma_heuristic
 
-__all__ = ["check_rows", "default_gamma", "map_rows"]
+__all__ = ["check_rows", "default_gamma", "map_rows", "training_features"]
 
 
 def check_rows(owner: str, kernel: str, x: Tensor, limit: float | None = None) -> None:
@@ -40,6 +40,16 @@ def map_rows(owner: str, layer: KernelFeatureMap, X: np.ndarray) -> np.ndarray:
     check_rows(owner, str(getattr(layer, "kernel", "gaussian")), x, layer.input_limit())
     with torch.no_grad():
         return layer(x).cpu().numpy()
+
+
+def training_features(owner: str, layer: KernelFeatureMap, X: np.ndarray) -> np.ndarray:
+    """:func:`map_rows` of the training rows ``X [N, D]``, identical rows given one
+    feature row ``[N, J]``: a matrix product places rows in different blocks, so the
+    features of identical rows can differ in their last bits, and a read-out fitted on
+    them could read those bits (constant ``X``: a perfect fit of labels that carry
+    nothing, and identical rows predicted apart)."""
+    unique, inverse = np.unique(X, axis=0, return_inverse=True)
+    return map_rows(owner, layer, unique)[inverse.reshape(-1)]
 
 
 def default_gamma(X: np.ndarray, kernel: str) -> float:

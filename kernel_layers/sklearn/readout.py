@@ -36,11 +36,6 @@ __all__ = [
 
 #: The penalties searched, relative to the mean eigenvalue of the centred ``Phi^T Phi``.
 ALPHAS = np.logspace(-6, 2, 33)
-#: A direction of the centred ``Phi^T Phi`` whose eigenvalue is at most this fraction of
-#: the features' sum of squares is rounding: the features of identical rows differ in
-#: their last bits, and a read-out along it would fit that (identical rows predicted
-#: apart). It is left out of the read-out.
-ROUNDING_VARIANCE = 16 * float(np.finfo(np.float64).eps)
 
 
 @dataclass
@@ -104,10 +99,8 @@ class _Decomposition:
 
     Attributes:
         mean (Tensor[J]), target_mean (Tensor[L]): training means of features and targets.
-        s (Tensor[J]), v (Tensor[J, J]): eigenvalues and eigenvectors of ``Phi_c^T Phi_c``
-            (``0`` where not ``kept``).
-        kept (Tensor[J]): the directions above rounding, the only ones read out.
-        u (Tensor[N, J]): ``Phi_c V`` (``0`` where not ``kept``).
+        s (Tensor[J]), v (Tensor[J, J]): eigenvalues and eigenvectors of ``Phi_c^T Phi_c``.
+        u (Tensor[N, J]): ``Phi_c V``.
         projected (Tensor[J, L]): ``U^T (Y - mean(Y))``.
         targets (Tensor[N, L]): the ``{-1, +1}`` targets (or, with ``classes=None``, the
             float target matrix given as ``labels``).
@@ -123,22 +116,16 @@ class _Decomposition:
             self.targets = signed_targets(labels, classes)
         self.target_mean = self.targets.mean(0)
         s, v = torch.linalg.eigh(centred.T @ centred)
-        #: The directions read out: those above rounding (:data:`ROUNDING_VARIANCE`).
-        self.kept = s > ROUNDING_VARIANCE * float(phi.square().sum())
-        self.s, self.v = torch.where(self.kept, s, 0.0), v
-        self.u = centred @ self.v * self.kept
+        self.s, self.v = s.clamp_min(0.0), v
+        self.u = centred @ self.v
         self.projected = self.u.T @ (self.targets - self.target_mean)
-
-    def _shrink(self, alpha: float) -> torch.Tensor:
-        """``1 / (s + alpha)`` on the directions kept, ``0`` on the others ``[J]``."""
-        return torch.where(self.kept, 1.0 / (self.s + alpha), 0.0)
 
     def loo_scores(self, alpha: float) -> torch.Tensor:
         """Leave-one-out scores ``[N, L]`` for the penalty ``alpha``: row ``i``'s scores
         from the ridge (with intercept) fitted on the other rows. One penalty at a time,
         so that a search over penalties holds ``[N, L]``, not ``[A, N, L]``."""
         n = len(self.u)
-        shrink = self._shrink(alpha)  # [J]
+        shrink = 1.0 / (self.s + alpha)  # [J]
         hat = 1.0 / n + self.u.square() @ shrink  # [N]
         fitted = self.target_mean + self.u @ (shrink[:, None] * self.projected)
         residual = (self.targets - fitted) / (1.0 - hat).clamp_min(1e-12)[:, None]
@@ -146,7 +133,7 @@ class _Decomposition:
 
     def weights(self, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``(coef [J, L], intercept [L])`` of the ridge fitted on all rows."""
-        coef = self.v @ (self.projected * self._shrink(alpha)[:, None])
+        coef = self.v @ (self.projected / (self.s + alpha)[:, None])
         return coef, self.target_mean - self.mean @ coef
 
 

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.sklearn.features import check_params, learn_map
-from kernel_layers.sklearn.inputs import map_rows
+from kernel_layers.sklearn.inputs import map_rows, training_features
 from kernel_layers.sklearn.readout import (
     LooRidge,
     fit_loo_ridge_targets,
@@ -159,14 +159,10 @@ class DIRegressor(RegressorMixin, BaseEstimator):
         z = (unit - centre) / np.where(spread > 0, spread, 1.0)
         trains = self.max_epochs > 0 and len(X) > 2
         learned = learn_map(self, X, z, device, trains, None, HeldOutR2, _loo_penalty)
-        features = self._features(learned.x)
+        features = training_features(type(self).__name__, self.layer_, X)
         alpha = learned.readout_alpha(features, z, self.best_epoch_)
         self.readout_: LooRidge = fit_loo_ridge_targets(features, z, alpha)
         return self
-
-    def _features(self, x: torch.Tensor) -> np.ndarray:
-        with torch.no_grad():
-            return self.layer_(x).cpu().numpy()
 
     def predict(self, X: Any) -> np.ndarray:
         """Predictions ``[n_samples]`` (``[n_samples, n_targets]`` for a 2-D ``y``)."""
