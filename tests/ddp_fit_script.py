@@ -1,8 +1,8 @@
 """Fit a KernelClassifier for a few steps: 2-process DDP (batch b) or 1 process (batch 2b).
 
-Usage: ``python tests/ddp_fit_script.py {ddp|single} {fourier|nystrom} OUT.pt``; saves the
-trained kernel layer's state dict (rank 0) and the initial one, for
-``tests/test_distributed.py``.
+Usage: ``python tests/ddp_fit_script.py {ddp|single} {fourier|nystrom} OUT.pt [OBJECTIVE]``;
+saves the trained kernel layer's state dict (rank 0) and the logged ``train/loss_epoch``
+(objectives ``"ls"`` and ``"ce"``) for ``tests/test_distributed.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ BATCH = 64
 
 def main() -> None:
     mode, layer_name, out = sys.argv[1:4]
+    objective = sys.argv[4] if len(sys.argv) > 4 else "di"
     L.seed_everything(0)
     x, y = make_classification(
         n_samples=512, n_features=6, n_informative=4, n_classes=3, random_state=0
@@ -39,12 +40,14 @@ def main() -> None:
         layer = FourierLayer(6, 24, gamma=0.5, seed=0, dtype=torch.float64)
     else:
         layer = NystromLayer(6, 24, gamma=0.5, seed=0, dtype=torch.float64)
-    model = KernelClassifier(layer, num_classes=3, lr=1e-2, init_landmarks=False)
+    model = KernelClassifier(
+        layer, num_classes=3, lr=1e-2, init_landmarks=False, objective=objective
+    )
     trainer = L.Trainer(
         strategy="ddp" if world == 2 else "auto",
         accelerator="cpu",
         devices=world,
-        max_steps=4,
+        max_steps=4 if objective == "di" else 8,  # two epochs of four steps
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -54,8 +57,11 @@ def main() -> None:
         use_distributed_sampler=False,
     )
     trainer.fit(model, train_dataloaders=loader)
+    state = {k: v.detach().cpu() for k, v in model.kernel_layer.state_dict().items()}
+    if objective != "di":
+        state["train/loss_epoch"] = trainer.callback_metrics["train/loss_epoch"].cpu()
     if trainer.global_rank == 0:
-        torch.save({k: v.detach().cpu() for k, v in model.kernel_layer.state_dict().items()}, out)
+        torch.save(state, out)
 
 
 if __name__ == "__main__":

@@ -196,6 +196,26 @@ def test_lightning_ddp_equals_single_process_with_doubled_batch(tmp_path: Path, 
     assert any(not torch.allclose(ddp[k], start[k]) for k in ddp)  # training moved something
 
 
+@pytest.mark.parametrize("objective", ["ls", "ce"])
+def test_ddp_logs_the_global_batchs_loss_of_the_baselines(tmp_path: Path, objective: str) -> None:
+    # each process logged the loss of its own rows, with the whole ridge penalty (LS):
+    # the monitor callbacks then decided on a value that depended on the processes
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    for mode in ("ddp", "single"):
+        subprocess.run(
+            [sys.executable, str(SCRIPT), mode, "fourier", str(tmp_path / f"{mode}.pt"), objective],
+            check=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+            capture_output=True,
+        )
+    ddp, single = torch.load(tmp_path / "ddp.pt"), torch.load(tmp_path / "single.pt")
+    for name in ddp:
+        torch.testing.assert_close(ddp[name], single[name], rtol=1e-9, atol=1e-10, msg=name)
+    assert float(single["train/loss_epoch"]) > 0
+
+
 def _run_script(name: str, out: Path) -> None:
     """Run the 2-process script ``name`` of this folder, writing ``out.<rank>``."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}

@@ -73,12 +73,18 @@ def training_loss(model: KernelModule, batch: Any, batch_idx: int) -> Tensor | N
     elif objective == "ls":
         model.head.update(features.detach(), y)
         weight, bias = model.head.weight.to(features.dtype), model.head.bias.to(features.dtype)
-        loss = least_squares_loss(features, onehot, weight, bias, rho=model.rho)
+        # each process its share of the penalty: the mean over processes of the losses
+        # per row is the global batch's (the penalty moves no feature's gradient)
+        loss = least_squares_loss(features, onehot, weight, bias, rho=model.rho / world)
         loss = loss / len(y)
     else:
         assert model.readout is not None  # objective "ce" builds it
         loss = nn.functional.cross_entropy(model.readout(features), y)
-    model.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y))
+    # under DDP the global batch's value on every process, as train/di (the monitor
+    # callbacks read its epoch value)
+    model.log(
+        "train/loss", loss, on_step=True, on_epoch=True, batch_size=len(y), sync_dist=world > 1
+    )
     return loss
 
 

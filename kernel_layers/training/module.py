@@ -37,7 +37,7 @@ from kernel_layers.training.heads import DEFAULT_HEAD_RHO, one_hot_targets
 from kernel_layers.training.kernel_module import KernelModule
 from kernel_layers.training.losses import refit_ls_readout
 from kernel_layers.training.predictor import Predictor, build_predictor
-from kernel_layers.training.readout import check_head_ready
+from kernel_layers.training.readout import check_head_ready, training_statistics
 from kernel_layers.training.small_data import AUTO
 
 __all__ = ["OBJECTIVES", "KernelClassifier"]
@@ -259,8 +259,9 @@ class KernelClassifier(KernelModule):
     def on_train_start(self) -> None:
         super().on_train_start()
         if self.hparams["objective"] == "ls" and not bool(self.head.fitted):
-            self.refit_head()  # the LS read-out's first closed-form fit
-            self.head.reset()
+            # the LS read-out's first closed-form fit, on every process's rows under DDP
+            self.head.set_statistics(training_statistics(self))
+            refit_ls_readout(self)
 
     def on_train_epoch_end(self) -> None:
         log_block_norms(self)
