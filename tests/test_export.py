@@ -347,6 +347,12 @@ def test_exported_predictor_gives_no_class_beyond_the_input_limit(
             r"^NystromLayer: argument 'x' must have last dimension 4, got "
             r"shape \[8, 5\]",
         ),
+        (
+            "dtype",
+            TypeError,
+            r"^NystromLayer: argument 'x' must have the layer's dtype "
+            r"torch.float32",
+        ),
     ],
 )
 def test_export_onnx_refuses_bad_arguments_by_name_and_keeps_the_file(
@@ -359,8 +365,10 @@ def test_export_onnx_refuses_bad_arguments_by_name_and_keeps_the_file(
         example = torch.rand(8, 4).numpy()
     elif case == "layer":
         predictor = layer
-    else:
+    elif case == "width":
         example = torch.rand(8, 5)
+    else:  # float64 rows are not narrowed to a float32 model's silently
+        example = torch.rand(8, 4, dtype=torch.float64)
     target = tmp_path / "model.onnx"
     target.write_bytes(b"an earlier export")
     with pytest.raises(error, match=message):

@@ -530,9 +530,25 @@ def test_prediction_writer_refuses_a_folder_it_cannot_write_before_predicting(
     (tmp_path / "a-file").write_text("")
     match = (
         r"PredictionWriter: argument 'output' must be a file in a folder that can be written, "
-        r"got '.*a-file/p.csv' \((FileExistsError|NotADirectoryError)"
+        r"got '.*a-file/p.csv' \(NotADirectoryError: a file is in the folder's place\)"
     )
     with pytest.raises(ValueError, match=match):
         PredictionWriter(tmp_path / "a-file" / "p.csv")
-    PredictionWriter(tmp_path / "new" / "p.csv")  # a missing folder is made
-    assert (tmp_path / "new").is_dir() and not list((tmp_path / "new").iterdir())
+    PredictionWriter(tmp_path / "new" / "deeper" / "p.csv")  # made by the write itself
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing left behind
+
+
+def test_integer_rows_reach_the_backbone_as_they_are() -> None:
+    # a backbone that scales uint8 images itself (torchvision's ToDtype(scale=True))
+    # must see uint8, not floats 0..255 cast before it
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert x.dtype == torch.uint8
+            return x.flatten(1).float() / 255
+
+    layer = NystromLayer(4, 3, seed=0)
+    predictor = Predictor(layer, torch.nn.Linear(3, 2), backbone=Scale())
+    images = torch.randint(0, 256, (5, 2, 2), dtype=torch.uint8)
+    with torch.no_grad():
+        scores = predictor.readout(layer.eval()(images.flatten(1).float() / 255))
+    torch.testing.assert_close(predictor(images)[1], scores)

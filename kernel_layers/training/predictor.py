@@ -52,8 +52,9 @@ class Predictor(nn.Module):
         dtype: evaluate in this dtype (e.g. ``torch.float64`` where float32 round-off,
             amplified by an ill-conditioned ``K_Z``, moves the scores); ``None``: the
             modules' own (float32 for models trained in the default precision, float64
-            for ``precision="64-true"``). Rows are handed to the first module in this
-            dtype; the scaling always computes in float64.
+            for ``precision="64-true"``). The scaling hands the first module rows in this
+            dtype (it computes in float64); without it, narrower floating rows are
+            widened to it, other rows handed on as they are.
 
     Shape:
         ``x (Tensor[B, ...])`` -> ``(classes Tensor[B] int64, scores Tensor[B, L])``.
@@ -106,8 +107,8 @@ class Predictor(nn.Module):
         ``x`` scaled, through the backbone (or flattened)."""
         if self.scaling is not None:
             x = self.scaling(x)
-        elif x.dtype != self.input_dtype:  # rows as the model was trained on them
-            x = x.to(self.input_dtype)
+        elif x.is_floating_point() and x.itemsize < self.input_dtype.itemsize:
+            x = x.to(self.input_dtype)  # widened exactly, as the model's own forward does
         if self.backbone is not None:
             x = self.backbone(x)
         elif x.ndim > 2:
