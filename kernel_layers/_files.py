@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -37,15 +38,21 @@ def fresh_file(path: Path) -> Path:
 
 
 def probe_folder(folder: Path) -> None:
-    """Create ``folder`` if missing and a fresh file in it, then remove that file: fails,
-    before any work, where a later write there would (a folder that is a file, not
-    writable, or on a read-only file system).
+    """Create a fresh file in ``folder``, or where it is missing in its nearest existing
+    folder, then remove it: fails, before any work, where a later write there would (a
+    folder that is a file, one not writable, a read-only file system). Nothing is left
+    behind; a missing folder is made by the write itself.
 
     Raises:
-        OSError: the folder cannot be made or written.
+        OSError: the folder cannot be written (``NotADirectoryError``: a file is in
+            its place).
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    fresh_file(folder / "kernel-layers-write-test").unlink()  # follows no link
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file is in the folder's place", str(existing))
+    fresh_file(existing / "kernel-layers-write-test").unlink()  # follows no link
 
 
 @contextmanager

@@ -271,28 +271,55 @@ def test_float_targets_to_a_classifier_under_auto_are_refused_as_labels(
         make_trainer(max_epochs=1).fit(model, dm)
 
 
+def _notices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The messages Lightning's callback connector gives with ``rank_zero_info``."""
+    from lightning.pytorch.trainer.connectors import callback_connector
+
+    said: list[str] = []
+    monkeypatch.setattr(callback_connector, "rank_zero_info", said.append)
+    return said
+
+
 def test_a_later_stage_replaces_the_module_callbacks_unannounced(
-    make_trainer: Callable[..., L.Trainer], caplog: pytest.LogCaptureFixture
+    make_trainer: Callable[..., L.Trainer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # test after fit: the module's callbacks of the fit are replaced by the test's, and
     # Lightning's notice about a user's callbacks being overridden is not given
     dm = _classes(300)
     model, trainer = _fit(make_trainer, dm, epochs=1)
     fitted = list(trainer.callbacks)
-    with caplog.at_level("INFO"):
-        trainer.test(model, dm, verbose=False)
-    assert "will override" not in caplog.text
+    said = _notices(monkeypatch)
+    trainer.test(model, dm, verbose=False)
+    assert not any("will override" in message for message in said)
     kinds = [type(c) for c in trainer.callbacks]
     assert kinds.count(SmallDataKeepBest) == 1
     assert not any(c in fitted for c in trainer.callbacks if isinstance(c, SmallDataKeepBest))
 
 
 def test_a_users_own_callback_is_still_announced_when_replaced(
-    make_trainer: Callable[..., L.Trainer], caplog: pytest.LogCaptureFixture
+    make_trainer: Callable[..., L.Trainer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     L.seed_everything(0)
     model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3)
     trainer = make_trainer(max_epochs=1, callbacks=[ReadoutRefit()])
-    with caplog.at_level("INFO"):
-        trainer.fit(model, _classes(300))
-    assert "will override existing callbacks passed to Trainer: ReadoutRefit" in caplog.text
+    said = _notices(monkeypatch)
+    trainer.fit(model, _classes(300))
+    assert any(
+        "will override existing callbacks passed to Trainer: ReadoutRefit" in message
+        for message in said
+    )
+
+
+def test_auto_is_kept_after_another_models_keep_best_on_the_same_trainer(
+    make_trainer: Callable[..., L.Trainer],
+) -> None:
+    # the KeepBest that model A's keep_best made is A's, not a user's: model B's "auto"
+    # must not give way to it
+    dm = _classes(300)
+    trainer = make_trainer(max_epochs=1)
+    first = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, keep_best="val/acc")
+    trainer.validate(first, dm, verbose=False)
+    second = KernelClassifier(FourierLayer(8, 30, seed=1), num_classes=3)
+    trainer.fit(second, dm)
+    kinds = [type(c) for c in trainer.callbacks]
+    assert kinds.count(SmallDataKeepBest) == 1 and kinds.count(KeepBest) == 0
