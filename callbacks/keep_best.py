@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -196,7 +197,8 @@ class KeepBest(MonitorCallback):
         batches = validation_batches(trainer, len(datamodule.val_dataloader()))
         score, squared_error = untrained_scores(pl_module, head, datamodule, "val", batches)
         tie = squared_error if self.tie_break == SQUARED_ERROR_KEY else None
-        self._keep(pl_module, score, -1, tie)
+        if math.isfinite(score):  # a candidate no epoch could ever beat is none
+            self._keep(pl_module, score, -1, tie)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

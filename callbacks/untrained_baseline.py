@@ -11,13 +11,13 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import MulticlassAccuracy
-from torchmetrics.regression import R2Score
 from typing_extensions import override
 
 from kernel_layers.callbacks.monitor import log_on_rank_zero, should_skip
 from kernel_layers.training.batch_checks import batch_parts
 from kernel_layers.training.heads import one_hot_targets
 from kernel_layers.training.modes import eval_mode, model_inputs
+from kernel_layers.training.r2 import TargetR2
 
 __all__ = ["SQUARED_ERROR_KEY", "UntrainedBaseline", "untrained_score", "untrained_scores"]
 
@@ -112,7 +112,7 @@ def untrained_scores(
         correctly, or its ``R^2``; and for class labels the read-out's mean squared
         error against their one-hot targets (``None`` for float targets). Each is
         computed by the metric the model logs (``MulticlassAccuracy``,
-        ``MeanSquaredError``, ``R2Score``), so that the same predictions give the same
+        ``MeanSquaredError``, ``TargetR2``), so that the same predictions give the same
         values, to the last bit, as ``val/acc``, ``val/mse`` or ``val/r2`` in one
         process. Under several processes every process scores the whole split, while
         the logged values are synced over the distributed sampler's shards, which may
@@ -123,7 +123,7 @@ def untrained_scores(
     """
     fresh = copy.deepcopy(head).to(model.device)
     fresh.reset()
-    r2 = R2Score(multioutput="uniform_average").to(model.device)
+    r2 = TargetR2(split).to(model.device)
     squared_error = MeanSquaredError().to(model.device)
     accuracy: MulticlassAccuracy | None = None  # made at the first class labels
     with eval_mode(model):
@@ -138,7 +138,7 @@ def untrained_scores(
             scores = fresh(model(x))
             if y.is_floating_point():
                 target = _targets(model, y)
-                if fresh.num_outputs == 1:  # R2Score takes one target as a vector
+                if fresh.num_outputs == 1:  # R² takes one target as a vector
                     scores, target = scores[:, 0], target[:, 0]
                 r2.update(scores, target)
             else:

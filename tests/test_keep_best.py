@@ -4,6 +4,7 @@ and the stopping rule on a validation metric."""
 from __future__ import annotations
 
 import io
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -255,6 +256,21 @@ def test_the_untrained_map_is_handed_back_when_no_epoch_beats_it(
         torch.testing.assert_close(value, start[name], rtol=0, atol=0)
     tested = trainer.test(model, dm, verbose=False)[0]["test/acc"]
     assert tested == pytest.approx(baseline.accuracy, abs=1e-6)  # the read-out refitted
+
+
+def test_an_untrained_score_that_is_not_finite_is_no_candidate(
+    make_trainer: Callable[..., L.Trainer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a NaN best could never be beaten: every trained epoch would lose to it
+    from kernel_layers.callbacks import keep_best
+
+    monkeypatch.setattr(keep_best, "untrained_scores", lambda *args: (math.nan, None))
+    L.seed_everything(0)
+    model = KernelClassifier(FourierLayer(8, 30, seed=0), num_classes=3, keep_best="val/acc")
+    trainer = make_trainer(max_epochs=2)
+    trainer.fit(model, _data())
+    keep = next(c for c in trainer.callbacks if isinstance(c, KeepBest))
+    assert keep.best_epoch is not None and keep.best_epoch >= 0
 
 
 def test_include_untrained_needs_a_data_module(make_trainer: Callable[..., L.Trainer]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch import Tensor, nn
-from torchmetrics import MeanSquaredError, MetricCollection, R2Score
+from torchmetrics import MeanSquaredError, MetricCollection
 
 from kernel_layers._validation import check_choice, check_float_targets
 from kernel_layers.layers.base import KernelFeatureMap
@@ -26,6 +26,7 @@ from kernel_layers.training.batch_checks import batch_parts, named_batch_errors
 from kernel_layers.training.deferred import CHECK_EVERY
 from kernel_layers.training.heads import gcv_penalty
 from kernel_layers.training.kernel_module import KernelModule
+from kernel_layers.training.r2 import TargetR2
 from kernel_layers.training.readout import check_head_ready, training_statistics
 from kernel_layers.training.small_data import AUTO
 
@@ -36,27 +37,10 @@ __all__ = ["KEEP_BEST", "KernelRegressor"]
 KEEP_BEST = (AUTO, "val/r2")
 
 
-class _RowCountedR2(R2Score):
-    """torchmetrics' ``R2Score`` that names the split when it has fewer than 2 rows."""
-
-    def __init__(self, split: str) -> None:
-        super().__init__(multioutput="uniform_average")
-        self.split = split
-
-    def compute(self) -> Tensor:
-        rows = int(self.total)  # all processes' rows: compute runs after the sync
-        if rows < 2:
-            raise ValueError(
-                f"KernelRegressor: R² of the {self.split} rows needs at least 2 rows, got "
-                f"{rows}; give the {self.split} split more rows"
-            )
-        return super().compute()
-
-
 def _metrics(split: str) -> MetricCollection:
     """R² (averaged uniformly over the targets) and the RMSE over every entry of the
     ``split`` (``"validation"``, ``"test"``) rows."""
-    return MetricCollection({"r2": _RowCountedR2(split), "rmse": MeanSquaredError(squared=False)})
+    return MetricCollection({"r2": TargetR2(split), "rmse": MeanSquaredError(squared=False)})
 
 
 class KernelRegressor(KernelModule):
