@@ -155,6 +155,32 @@ def test_a_model_trained_in_float64_after_it_was_built_comes_back_in_float64(
     assert 0.0 <= result["test/acc"] <= 1.0
 
 
+def test_a_regressor_trained_in_float64_keeps_its_float64_read_out(tmp_path: Path) -> None:
+    # its GCV read-out holds a float64 penalty beside float32 weights as built: the
+    # weights were rounded to float32 when loaded
+    from kernel_layers import KernelRegressor
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(240, D, generator=gen), torch.randn(240, 2, generator=gen)
+    data = TensorDataModule(x[:200], y[:200], x[200:], y[200:], batch_size=50, float_targets=True)
+    model = KernelRegressor(NystromLayer(D, 10, gamma=0.5, seed=0), num_targets=2)
+    trainer = L.Trainer(
+        max_epochs=1,
+        precision="64-true",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, data)
+    path = tmp_path / "r.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = KernelRegressor.load_from_checkpoint(path)
+    assert loaded.head.weight.dtype == torch.float64
+    assert torch.equal(loaded.head.weight, model.head.weight.cpu())
+    assert torch.equal(loaded.head.bias, model.head.bias.cpu())
+
+
 def test_weights_saved_narrower_than_the_built_layer_load_into_it(tmp_path: Path) -> None:
     model = KernelClassifier(NystromLayer(D, 10, gamma=0.5, seed=0), num_classes=CLASSES)
     model.kernel_layer.to(torch.bfloat16)

@@ -127,7 +127,8 @@ def on_load_checkpoint(model: KernelModule, checkpoint: dict[str, Any]) -> None:
 
 def adopt_saved_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
     """Convert each of ``model``'s child modules whose floating tensors all have one
-    dtype in ``state`` (a checkpoint's state dict), wider than the module's, to that
+    dtype in ``state`` (a checkpoint's state dict), wider than some of the module's and
+    narrower than none (a read-out's float64 penalty buffer beside float32 weights), to that
     dtype before the state is copied in: the dtype it was trained and saved in (float64
     under ``Trainer(precision="64-true")``), which its constructor's arguments do not
     record, and which copying into the narrower module would round. Narrower saved
@@ -147,7 +148,8 @@ def adopt_saved_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
         }
         if len(saved) == 1 and held:
             wider = saved.pop()  # copying narrower saved weights in loses nothing
-            if all(torch.finfo(wider).bits > torch.finfo(dtype).bits for dtype in held):
+            bits = [torch.finfo(dtype).bits for dtype in held]  # (a float64 buffer too)
+            if max(bits) <= torch.finfo(wider).bits and min(bits) < torch.finfo(wider).bits:
                 child.to(wider)
 
 
