@@ -281,3 +281,12 @@ def test_a_cameras_mpo_jpeg_is_read_as_its_first_picture(tmp_path: Path) -> None
     first.save(folder / "photo.jpg", format="MPO", save_all=True, append_images=[second])
     got = read_feature_rows(folder, (3, 4, 6), pixel_max=255.0)
     assert np.abs(got - 200).max() <= 2  # JPEG's round-off
+
+
+def test_suffixes_are_read_in_any_case(tmp_path: Path) -> None:
+    rows = np.arange(12, dtype=np.float64).reshape(4, 3) + 0.5
+    np.save(tmp_path / "up.npy", rows)
+    (tmp_path / "up.npy").rename(tmp_path / "UP.NPY")
+    (tmp_path / "UP.CSV").write_text("\n".join(",".join(str(v) for v in r) for r in rows))
+    for name in ("UP.NPY", "UP.CSV"):
+        np.testing.assert_array_equal(read_feature_rows(tmp_path / name, (3,)), rows)

@@ -85,7 +85,7 @@ def read_feature_rows(
     if source.is_dir():
         files = image_files(source) if images is None else list(images)
         rows = _read_image_folder(source, files, input_shape, owner, pixel_max)
-    elif source.suffix == ".npy":
+    elif source.suffix.lower() == ".npy":
         try:  # mapped first: a header claiming more rows than the file holds is refused
             loaded = np.load(source, mmap_mode="r", allow_pickle=False)  # before any copy
         except (ValueError, EOFError) as err:  # EOFError: an empty or truncated file
@@ -105,7 +105,7 @@ def read_feature_rows(
             raise ValueError(
                 f"{owner}: {str(source)!r} must hold real numbers, got dtype {rows.dtype}"
             )
-    elif source.suffix == ".csv":
+    elif source.suffix.lower() == ".csv":
         rows = csv_rows(read_text(source, owner), owner=owner, source=str(source))
     else:
         raise ValueError(
