@@ -139,7 +139,7 @@ def export_command(argv: list[str]) -> int:
         default="float32",
         help="the dtype the exported model computes in (float64: for models without "
         "convolutions; the exporter stores scalar constants such as gamma to float32 "
-        "precision, so scores agree with PyTorch to about 1e-8 relative, not 1e-15)",
+        "precision, so scores agree with PyTorch to about 1e-7 relative, not 1e-15)",
     )
     args, rest = parser.parse_known_args(argv)
     if not args.export_output.endswith(".onnx"):

@@ -64,7 +64,7 @@ def export_onnx(predictor: Predictor, path: str | os.PathLike[str], example: Ten
 
     A float64 predictor exports a graph that computes in float64, but the exporter stores
     scalar constants (the kernel's ``gamma``, feature scales such as ``sqrt(2 / J)``) to
-    float32 precision: its scores agree with PyTorch's to about ``1e-8`` relative, not to
+    float32 precision: its scores agree with PyTorch's to about ``1e-7`` relative, not to
     float64 round-off (``1e-15``).
 
     The file is written to a temporary name and renamed into place, so an interrupted
