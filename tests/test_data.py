@@ -898,3 +898,12 @@ def test_a_module_pickled_before_it_recorded_its_settings_sets_up() -> None:
     del dm._built_with  # as unpickled from an older version
     dm.setup()
     assert len(dm.train_dataset) == 18
+
+
+def test_nan_class_labels_are_named_with_their_row() -> None:
+    x = np.random.default_rng(0).normal(size=(20, 3))
+    y = (np.arange(20) % 2).astype(np.float64)
+    y[5] = np.nan
+    match = r"'y_train' must be integers >= 0, got NaN or Inf: 1 value\(s\), the first in row 5"
+    with pytest.raises(ValueError, match=match):
+        TensorDataModule(x[:15], y[:15], x[15:], y[15:] * 0)

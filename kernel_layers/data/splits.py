@@ -77,8 +77,10 @@ def check_label_values(
     if y.dtype.kind == "b":
         y = y.astype(np.int64)
     high = np.inf if num_classes is None else num_classes
-    if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)) or y.min() < 0 or y.max() >= high:
-        expected = "integers >= 0" if num_classes is None else f"integers in [0, {num_classes})"
+    expected = "integers >= 0" if num_classes is None else f"integers in [0, {num_classes})"
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{owner}: {what} must be {expected}, got NaN or Inf{_first_bad(y)}")
+    if not np.all(y == np.round(y)) or y.min() < 0 or y.max() >= high:
         raise ValueError(
             f"{owner}: {what} must be {expected}, got values in [{y.min()}, {y.max()}]{hint}"
         )
