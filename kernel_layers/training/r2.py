@@ -1,28 +1,30 @@
-"""R² of float targets at any scale: torchmetrics' ``R2Score`` sums, taken in float64,
-read out without absolute tolerances."""
+"""R² of float targets at any scale: each batch's mean, squares about it and residuals
+in float64, merged exactly (Chan, Golub and LeVeque), with no absolute tolerance."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics.regression import R2Score
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
 
 __all__ = ["CONSTANT_TARGET", "TargetR2"]
 
 #: A target column whose sum of squares about its mean is at most this fraction of its
 #: sum of squares is constant to float64's resolution (its ``R^2`` is then 1 for an
 #: exact fit, else 0, as scikit-learn's ``r2_score`` gives for a constant column).
-CONSTANT_TARGET = 16 * torch.finfo(torch.float64).eps
+CONSTANT_TARGET = (16 * torch.finfo(torch.float64).eps) ** 2
 
 
-class TargetR2(R2Score):
+class TargetR2(Metric):
     """``R^2`` averaged uniformly over the targets (scikit-learn's ``r2_score``).
 
-    torchmetrics' ``R2Score`` keeps the sums (of the targets, their squares and the
-    squared residuals; summed over processes under DDP), here in float64 whatever the
-    inputs' dtype: in float32 the sum of squares about the mean cancels for targets far
-    from zero. Its own read-out takes sums within ``1e-4`` of zero as zero, which makes
-    ``R^2`` 1 for any targets of small scale; here ``1 - RSS / TSS`` holds at any scale.
+    Each batch adds its rows, its targets' mean, their squares about that mean and the
+    squared residuals, in float64 whatever the inputs' dtype (gathered from every process
+    under DDP); the batches merge exactly, so the targets' spread is resolved at any
+    offset float64 resolves. torchmetrics' ``R2Score`` sums squares about zero, which
+    cancel for targets far from zero, and takes sums within ``1e-4`` of zero as zero,
+    which makes ``R^2`` 1 for any targets of small scale.
 
     Args:
         split: the rows' name for the message (``"validation"``, ``"test"``).
@@ -31,22 +33,45 @@ class TargetR2(R2Score):
         ``update(preds Tensor[N] | Tensor[N, L], target Tensor of the same shape)``.
     """
 
+    full_state_update = False
+    higher_is_better = True
+    is_differentiable = False
+    #: One ``[4, L]`` tensor per batch: rows, mean, squares about it, squared residuals.
+    parts: list[Tensor]
+
     def __init__(self, split: str) -> None:
-        super().__init__(multioutput="uniform_average")
+        super().__init__()
         self.split = split
+        self.add_state("parts", default=[], dist_reduce_fx="cat")
 
     def update(self, preds: Tensor, target: Tensor) -> None:
-        super().update(preds.double(), target.double())
+        truth = target.detach().double().reshape(len(target), -1)  # [B, L]
+        guess = preds.detach().double().reshape(len(preds), -1)
+        mean = truth.mean(0)
+        part = torch.stack(
+            [
+                torch.full_like(mean, len(truth)),
+                mean,
+                (truth - mean).square().sum(0),
+                (truth - guess).square().sum(0),
+            ]
+        )
+        self.parts.append(part)
 
     def compute(self) -> Tensor:
-        rows = int(self.total)  # all processes' rows: compute runs after the sync
+        parts = dim_zero_cat(self.parts)
+        parts = parts.reshape(-1, 4, parts.shape[-1])  # [batches, 4, L]
+        counts, means, spreads, residuals = parts.unbind(1)
+        rows = int(counts[:, 0].sum()) if len(parts) else 0
         if rows < 2:
             raise ValueError(
                 f"KernelRegressor: R² of the {self.split} rows needs at least 2 rows, got "
                 f"{rows}; give the {self.split} split more rows"
             )
-        squares, sums, residual = self.sum_squared_error, self.sum_error, self.residual
-        spread = squares - sums * (sums / rows)  # TSS per target
+        grand = (counts * means).sum(0) / rows
+        spread = spreads.sum(0) + (counts * (means - grand).square()).sum(0)  # TSS
+        squares = spreads.sum(0) + (counts * means.square()).sum(0)
+        residual = residuals.sum(0)
         varies = spread > CONSTANT_TARGET * squares
         exact = (residual == 0).to(residual.dtype)
         scores = torch.where(varies, 1.0 - residual / torch.where(varies, spread, 1.0), exact)
