@@ -64,8 +64,7 @@ NARROW_INPUT_WIDTH = 64
 #: within ``sqrt(B)`` times the estimate for a batch of ``B`` rows: the float32 products
 #: accumulate round-off over the rows, which the estimate leaves out, and two nearly
 #: collinear features come within a small factor of that bound. The DI of the
-#: benchmarks' rows is within the agreement table's bound (benchmarks/README.md);
-#: float64 features avoid the question.
+#: benchmarks' rows is within the agreement table's bound (benchmarks/README.md).
 #: Float64 features are exact to float64 round-off.
 GRAM_PRECISION_LIMIT = 3e-3
 
