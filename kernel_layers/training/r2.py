@@ -8,12 +8,9 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-__all__ = ["CONSTANT_TARGET", "TargetR2"]
+from kernel_layers.objectives.targets import CONSTANT_COLUMN
 
-#: A target column whose sum of squares about its mean is at most this fraction of its
-#: sum of squares is constant to float64's resolution (its ``R^2`` is then 1 for an
-#: exact fit, else 0, as scikit-learn's ``r2_score`` gives for a constant column).
-CONSTANT_TARGET = (16 * torch.finfo(torch.float64).eps) ** 2
+__all__ = ["TargetR2"]
 
 
 class TargetR2(Metric):
@@ -72,7 +69,9 @@ class TargetR2(Metric):
         spread = spreads.sum(0) + (counts * (means - grand).square()).sum(0)  # TSS
         squares = spreads.sum(0) + (counts * means.square()).sum(0)
         residual = residuals.sum(0)
-        varies = spread > CONSTANT_TARGET * squares
+        # a constant column (CONSTANT_COLUMN) scores 1 for an exact fit, else 0, as
+        # scikit-learn's r2_score gives for one
+        varies = spread > CONSTANT_COLUMN * squares
         exact = (residual == 0).to(residual.dtype)
         scores = torch.where(varies, 1.0 - residual / torch.where(varies, spread, 1.0), exact)
         return scores.mean()
