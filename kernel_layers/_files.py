@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import stat
@@ -10,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["fresh_file", "replacing"]
+__all__ = ["cannot_write", "fresh_file", "replacing"]
 
 #: Names tried for the temporary file before giving up (each is new with near certainty).
 _TRIES = 16
@@ -37,22 +36,23 @@ def fresh_file(path: Path) -> Path:
     raise FileExistsError(f"no fresh temporary name beside '{path}' after {_TRIES} tries")
 
 
-def probe_folder(folder: Path) -> None:
-    """Create a fresh file in ``folder``, or where it is missing in its nearest existing
-    folder, then remove it: fails, before any work, where a later write there would (a
-    folder that is a file, one not writable, a read-only file system). Nothing is left
-    behind; a missing folder is made by the write itself.
-
-    Raises:
-        OSError: the folder cannot be written (``NotADirectoryError``: a file is in
-            its place).
-    """
+def cannot_write(folder: Path) -> str | None:
+    """Why a file cannot be written in ``folder`` (for messages: ``"NotADirectoryError: a
+    file is in the folder's place"``, ``"PermissionError: Permission denied"``), or
+    ``None`` where it can: a fresh file is created in ``folder``, or where it is missing
+    in its nearest existing folder, and removed. Asked before any work, it fails where a
+    later write there would (a folder that is a file, one not writable, a read-only file
+    system); nothing is left behind, and a missing folder is made by the write itself."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "a file is in the folder's place", str(existing))
-    fresh_file(existing / "kernel-layers-write-test").unlink()  # follows no link
+        return "NotADirectoryError: a file is in the folder's place"
+    try:
+        fresh_file(existing / "kernel-layers-write-test").unlink()  # follows no link
+    except OSError as err:
+        return f"{type(err).__name__}: {err.strerror or err}"
+    return None
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from kernel_layers._files import probe_folder
+from kernel_layers._files import cannot_write
 from kernel_layers.cli.app import KernelLayersCLI, check_j_set_once, resolve_config_args
 from kernel_layers.cli.output import configure_output
 from kernel_layers.data.base import ArrayDataModule
@@ -146,12 +146,11 @@ def export_command(argv: list[str]) -> int:
         parser.error(f"argument --export_output must end in .onnx, got {args.export_output!r}")
     if Path(args.export_output).is_dir():
         parser.error(f"argument --export_output is a folder, got {args.export_output!r}")
-    try:
-        probe_folder(Path(args.export_output).parent)  # before the model is loaded
-    except OSError as err:
+    why = cannot_write(Path(args.export_output).parent)  # before the model is loaded
+    if why is not None:
         parser.error(
             f"argument --export_output must be a file in a folder that can be written, got "
-            f"{args.export_output!r} ({type(err).__name__}: {err.strerror or err})"
+            f"{args.export_output!r} ({why})"
         )
     try:
         require_onnx()

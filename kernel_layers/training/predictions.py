@@ -14,7 +14,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
-from kernel_layers._files import probe_folder, replacing
+from kernel_layers._files import cannot_write, replacing
 
 __all__ = ["OUTPUT_FORMATS", "PredictionWriter", "check_not_an_input", "write_predictions"]
 
@@ -31,13 +31,12 @@ def _check_output(path: str | os.PathLike[str]) -> Path:
         )
     if out.is_dir():
         raise ValueError(f"PredictionWriter: argument 'output' is a directory: {str(path)!r}")
-    try:
-        probe_folder(out.parent)  # before the predictions, not after them
-    except OSError as err:
+    why = cannot_write(out.parent)  # before the predictions, not after them
+    if why is not None:
         raise ValueError(
             f"PredictionWriter: argument 'output' must be a file in a folder that can be "
-            f"written, got {str(path)!r} ({type(err).__name__}: {err.strerror or err})"
-        ) from err
+            f"written, got {str(path)!r} ({why})"
+        )
     return out
 
 

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import Tensor, nn
 
-from kernel_layers._files import probe_folder
+from kernel_layers._files import cannot_write
 from kernel_layers._validation import check_bool, check_choice, check_int, check_positive
 from kernel_layers.layers.base import KernelFeatureMap
 from kernel_layers.training.architecture import is_spec
@@ -120,14 +120,13 @@ def check_checkpoint_dirs(trainer: Trainer, owner: str) -> None:
         dirpath = getattr(callback, "dirpath", None)
         if not isinstance(callback, ModelCheckpoint) or not dirpath:
             continue
-        try:
-            probe_folder(Path(dirpath))
-        except OSError as err:
+        why = cannot_write(Path(dirpath))
+        if why is not None:
             raise PermissionError(
                 f"{owner}: ModelCheckpoint's dirpath '{dirpath}' must be a writable "
-                f"directory, got {type(err).__name__}: {err.strerror or err}; choose "
-                "another dirpath before training (no epoch is lost this way)"
-            ) from err
+                f"directory, got {why}; choose another dirpath before training (no epoch "
+                "is lost this way)"
+            )
 
 
 #: Lightning precisions that cast the whole module to a half-precision dtype.
