@@ -51,9 +51,14 @@ from kernel_layers.training.readout import (
     adopt_loaded_readout,
 )
 from kernel_layers.training.readout import refit_head as fit_ridge_head
-from kernel_layers.training.small_data import AUTO, MODULE_OWNED, auto_keep_best
+from kernel_layers.training.small_data import AUTO, auto_keep_best
 
 __all__ = ["KernelModule"]
+
+#: Marks the callbacks ``configure_callbacks`` made, so that the next stage's (``test``
+#: after ``fit``) replace them without Lightning's "will override existing callbacks
+#: passed to Trainer", which is meant for a user's own.
+_MODULE_OWNED = "_kernel_layers_module_owned"
 
 
 class KernelModule(LightningModule):
@@ -212,6 +217,10 @@ class KernelModule(LightningModule):
         (objective ``"di"``), the deferred checks (unless ``check_every="step"``), the
         kernel approximation error (``approximation_rows > 0``) and the best epoch kept
         (``keep_best``)."""
+        if self._trainer is not None:  # those of an earlier stage give way, unannounced
+            earlier = getattr(self._trainer, "callbacks", [])
+            kept = [c for c in earlier if not getattr(c, _MODULE_OWNED, False)]
+            self._trainer.callbacks = kept  # type: ignore[attr-defined]  # a list property
         callbacks: list[Callback] = []
         check_every = self.hparams["check_every"]
         if check_every != "step":
@@ -227,12 +236,8 @@ class KernelModule(LightningModule):
             callbacks.append(EpochDILogging())
         if self.hparams.get("approximation_rows", 0):
             callbacks.append(KernelApproximationLogging(self.hparams["approximation_rows"]))
-        if self._trainer is not None:  # those of an earlier stage give way, unannounced
-            earlier = getattr(self._trainer, "callbacks", [])
-            kept = [c for c in earlier if not getattr(c, MODULE_OWNED, False)]
-            self._trainer.callbacks = kept  # type: ignore[attr-defined]  # a list property
         for callback in callbacks:
-            setattr(callback, MODULE_OWNED, True)
+            setattr(callback, _MODULE_OWNED, True)
         return callbacks
 
     def _keep_best(self, monitor: str) -> KeepBest:

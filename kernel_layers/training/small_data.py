@@ -22,14 +22,10 @@ from kernel_layers.selection.rho import is_small_data
 if TYPE_CHECKING:
     from kernel_layers.training.kernel_module import KernelModule
 
-__all__ = ["AUTO", "MODULE_OWNED", "SmallDataKeepBest", "auto_keep_best", "keeps_best_here"]
+__all__ = ["AUTO", "SmallDataKeepBest", "auto_keep_best", "keeps_best_here"]
 
 #: The ``keep_best`` value that keeps the best epoch on small data only.
 AUTO = "auto"
-#: Marks the callbacks a module's ``configure_callbacks`` made, so that the next
-#: stage's (``test`` after ``fit``) replace them without Lightning's "will override
-#: existing callbacks passed to Trainer", which is meant for a user's own.
-MODULE_OWNED = "_kernel_layers_module_owned"
 
 
 def keeps_best_here(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
@@ -102,13 +98,8 @@ def auto_keep_best(pl_module: KernelModule) -> list[Callback]:
     module's ``KEEP_BEST_MONITOR`` (ties broken by its ``tie_break``), or none when the
     Trainer holds a user's own :class:`~kernel_layers.callbacks.KeepBest` (Lightning
     would drop it for a module's callback of its class)."""
-    theirs = getattr(pl_module._trainer, "callbacks", [])
-    # a module's KeepBest of an earlier stage is replaced, not a user's own
-    if any(
-        not getattr(callback, MODULE_OWNED, False)
-        for callback in theirs
-        if isinstance(callback, KeepBest)
-    ):
+    # the module's callbacks of an earlier stage are gone: any KeepBest is a user's
+    if any(isinstance(c, KeepBest) for c in getattr(pl_module._trainer, "callbacks", [])):
         return []
     monitor = pl_module.KEEP_BEST_MONITOR
     return [SmallDataKeepBest(monitor, pl_module.tie_break(monitor))]
