@@ -136,39 +136,60 @@ def build_map(
     return FourierLayer(x.shape[1], width, kernel=kernel, gamma=gamma, seed=seed, dtype=x.dtype)
 
 
-class HeldOutAccuracy:
-    """The held-out score of a classifying map: a ridge read-out fitted on the map's
-    features of ``x_fit [N, D]`` (labels ``codes_fit [N]``), then ``(accuracy, -squared
-    error)`` of its scores on ``x_held [M, D]`` against ``{-1, +1}`` targets (labels
-    ``codes_held [M]``); the error breaks ties of accuracy, which moves in steps of
-    ``1 / M``. The read-out's penalty is chosen once, by closed-form leave-one-out on the
-    first map scored (the untrained one), as :class:`~kernel_layers.sklearn.DIClassifier`
-    chooses it; later maps keep it, relative to their features' scale (one Cholesky
-    solve per score; :attr:`relative_alpha`)."""
+class HeldOutScore:
+    """The held-out score of a map, called with it: a ridge read-out fitted on the map's
+    features of ``x_fit [N, D]`` (targets ``y_fit``), scored on ``x_held [M, D]``
+    (targets ``y_held``). The read-out's penalty is chosen once, by closed-form
+    leave-one-out on the first map scored (the untrained one, :meth:`loo_alpha`), as the
+    estimators choose it for an untrained map; later maps keep it, relative to their
+    features' scale (:attr:`relative_alpha`, :meth:`penalty`)."""
 
     def __init__(
-        self,
-        x_fit: torch.Tensor,
-        codes_fit: np.ndarray,
-        x_held: torch.Tensor,
-        codes_held: np.ndarray,
+        self, x_fit: torch.Tensor, y_fit: np.ndarray, x_held: torch.Tensor, y_held: np.ndarray
     ) -> None:
-        self.x_fit, self.codes_fit, self.x_held, self.codes_held = (
-            x_fit, codes_fit, x_held, codes_held,
-        )  # fmt: skip
-        self.classes = int(max(codes_fit.max(), codes_held.max())) + 1
-        self.targets = np.eye(self.classes)[codes_held] * 2 - 1
+        self.x_fit, self.y_fit, self.x_held, self.y_held = x_fit, y_fit, x_held, y_held
         #: The penalty every map was scored with, in units of its features' scale.
         self.relative_alpha: float | None = None
 
+    def loo_alpha(self, features: np.ndarray) -> float:
+        """The penalty closed-form leave-one-out chooses for ``features [N, J]`` of the
+        rows ``x_fit`` (on the unscaled ``Phi^T Phi``)."""
+        raise NotImplementedError
+
+    def __call__(self, layer: KernelFeatureMap) -> tuple[float, ...]:
+        """``layer``'s held-out score, higher is better (compared as a tuple)."""
+        raise NotImplementedError
+
+    def penalty(self, features: np.ndarray) -> float:
+        """The read-out's penalty for ``features [N, J]`` of the rows ``x_fit``, in units
+        of their :func:`~kernel_layers.sklearn.readout.scale_of` (chosen at the first
+        call)."""
+        if self.relative_alpha is None:
+            self.relative_alpha = self.loo_alpha(features) / scale_of(features)
+        return self.relative_alpha
+
+
+class HeldOutAccuracy(HeldOutScore):
+    """:class:`HeldOutScore` of a classifying map (labels ``y_fit [N]``, ``y_held [M]``):
+    ``(accuracy, -squared error)`` of the read-out's scores against ``{-1, +1}`` targets;
+    the error breaks ties of accuracy, which moves in steps of ``1 / M`` (one Cholesky
+    solve per score)."""
+
+    def __init__(
+        self, x_fit: torch.Tensor, y_fit: np.ndarray, x_held: torch.Tensor, y_held: np.ndarray
+    ) -> None:
+        super().__init__(x_fit, y_fit, x_held, y_held)
+        self.classes = int(max(y_fit.max(), y_held.max())) + 1
+        self.targets = np.eye(self.classes)[y_held] * 2 - 1
+
+    def loo_alpha(self, features: np.ndarray) -> float:
+        return fit_loo_ridge(features, self.y_fit, self.classes, calibrate=False).alpha
+
     def __call__(self, layer: KernelFeatureMap) -> tuple[float, float]:
         features = layer(self.x_fit).cpu().numpy()
-        if self.relative_alpha is None:
-            first = fit_loo_ridge(features, self.codes_fit, self.classes, calibrate=False)
-            self.relative_alpha = first.alpha / scale_of(features)
-        readout = fit_ridge(features, self.codes_fit, self.classes, self.relative_alpha)
+        readout = fit_ridge(features, self.y_fit, self.classes, self.penalty(features))
         scores = readout.scores(layer(self.x_held).cpu().numpy())
-        accuracy = float((scores.argmax(1) == self.codes_held).mean())
+        accuracy = float((scores.argmax(1) == self.y_held).mean())
         return accuracy, -float(((scores - self.targets) ** 2).mean())
 
 
@@ -183,7 +204,7 @@ class LearnedMap(NamedTuple):
     held: np.ndarray
     #: The held-out score ``score_of`` built, which scored the epochs (``None``: no
     #: training or no held-out rows).
-    score: Any = None
+    score: HeldOutScore | None = None
 
     def readout_alpha(
         self, features: np.ndarray, targets: np.ndarray, best_epoch: int
@@ -231,7 +252,7 @@ def learn_map(
     device: torch.device,
     trains: bool,
     num_classes: int | None,
-    score_of: Callable[..., Any],
+    score_of: Callable[..., HeldOutScore],
     untrained_penalty: Callable[[np.ndarray, np.ndarray], float] | None = None,
     owner: str | None = None,
 ) -> LearnedMap:

@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from kernel_layers.layers.base import KernelFeatureMap
-from kernel_layers.sklearn.features import check_params, learn_map
+from kernel_layers.sklearn.features import HeldOutScore, check_params, learn_map
 from kernel_layers.sklearn.inputs import map_rows, training_features
 from kernel_layers.sklearn.readout import (
     LooRidge,
@@ -33,36 +32,25 @@ def _r2(truth: np.ndarray, prediction: np.ndarray) -> float:
     return float(np.where(total > 0, 1 - error / safe, np.where(exact, 1.0, 0.0)).mean())
 
 
-class HeldOutR2:
-    """The held-out score of a regressing map: a ridge read-out fitted on the map's
-    features of ``x_fit [N, D]`` (targets ``y_fit [N, L]``), then its ``R^2`` on ``x_held
-    [M, D]`` (targets ``y_held [M, L]``). The penalty is chosen once, by closed-form
-    leave-one-out on the first map scored (the untrained one), and kept relative to the
-    features' scale for later maps, as the classifiers' held-out score does
-    (:attr:`relative_alpha`)."""
-
-    def __init__(
-        self, x_fit: torch.Tensor, y_fit: np.ndarray, x_held: torch.Tensor, y_held: np.ndarray
-    ) -> None:
-        self.x_fit, self.y_fit, self.x_held, self.y_held = x_fit, y_fit, x_held, y_held
-        #: The penalty every map was scored with, in units of its features' scale.
-        self.relative_alpha: float | None = None
-
-    def __call__(self, layer: KernelFeatureMap) -> tuple[float]:
-        features = layer(self.x_fit).cpu().numpy()
-        if self.relative_alpha is None:
-            first = fit_loo_ridge_targets(features, self.y_fit)
-            self.relative_alpha = first.alpha / scale_of(features)
-        readout = fit_loo_ridge_targets(
-            features, self.y_fit, self.relative_alpha * scale_of(features)
-        )
-        return (_r2(self.y_held, readout.scores(layer(self.x_held).cpu().numpy())),)
-
-
 def _loo_penalty(features: np.ndarray, targets: np.ndarray) -> float:
     """The penalty closed-form leave-one-out chooses for the ridge read-out of
     ``features [N, J]`` and ``targets [N, L]``."""
     return fit_loo_ridge_targets(features, targets).alpha
+
+
+class HeldOutR2(HeldOutScore):
+    """:class:`~kernel_layers.sklearn.features.HeldOutScore` of a regressing map
+    (targets ``y_fit [N, L]``, ``y_held [M, L]``): the read-out's ``R^2`` on the held-out
+    rows."""
+
+    def loo_alpha(self, features: np.ndarray) -> float:
+        return _loo_penalty(features, self.y_fit)
+
+    def __call__(self, layer: KernelFeatureMap) -> tuple[float]:
+        features = layer(self.x_fit).cpu().numpy()
+        alpha = self.penalty(features) * scale_of(features)
+        readout = fit_loo_ridge_targets(features, self.y_fit, alpha)
+        return (_r2(self.y_held, readout.scores(layer(self.x_held).cpu().numpy())),)
 
 
 class DIRegressor(RegressorMixin, BaseEstimator):
