@@ -116,8 +116,7 @@ class PredictSource:
         if path is None:
             return
         self.setup()
-        folder = path.is_dir() and self.image_shape
-        shape = self.image_shape if folder and self.image_shape else self.input_shape
+        shape = self.image_shape if path.is_dir() and self.image_shape else self.input_shape
         files = image_files(path) if path.is_dir() else None  # listed once: rows, names
         raw = read_feature_rows(
             path, shape, owner=self._name, pixel_max=self.pixel_max, images=files
