@@ -58,12 +58,14 @@ class ScaledInputsCheck(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
+        if batch_idx != 0:  # the first batch of each loader only
+            return
         stage = trainer.state.stage  # "test" or "predict"
         name = "test" if stage is None else stage.value
         loaders = trainer.test_dataloaders if name == "test" else trainer.predict_dataloaders
         if isinstance(loaders, list | tuple):
             loaders = loaders[dataloader_idx] if dataloader_idx < len(loaders) else None
-        if batch_idx == 0 and not isinstance(loaders, EvaluationLoader):
+        if not isinstance(loaders, EvaluationLoader):
             self._check(pl_module, batch, name)
 
     on_predict_batch_start = on_test_batch_start
