@@ -4,6 +4,7 @@ rebuilds the layer, backbone, objective and read-out, with bit-identical scores.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,9 @@ def test_a_model_trained_in_float64_after_it_was_built_comes_back_in_float64(
     assert 0.0 <= result["test/acc"] <= 1.0
 
 
-def test_a_regressor_trained_in_float64_keeps_its_float64_read_out(tmp_path: Path) -> None:
+def test_a_regressor_trained_in_float64_keeps_its_float64_read_out(
+    tmp_path: Path, make_trainer: Callable[..., L.Trainer]
+) -> None:
     # its GCV read-out holds a float64 penalty beside float32 weights as built: the
     # weights were rounded to float32 when loaded
     from kernel_layers import KernelRegressor
@@ -164,14 +167,7 @@ def test_a_regressor_trained_in_float64_keeps_its_float64_read_out(tmp_path: Pat
     x, y = torch.rand(240, D, generator=gen), torch.randn(240, 2, generator=gen)
     data = TensorDataModule(x[:200], y[:200], x[200:], y[200:], batch_size=50, float_targets=True)
     model = KernelRegressor(NystromLayer(D, 10, gamma=0.5, seed=0), num_targets=2)
-    trainer = L.Trainer(
-        max_epochs=1,
-        precision="64-true",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = make_trainer(max_epochs=1, precision="64-true")
     trainer.fit(model, data)
     path = tmp_path / "r.ckpt"
     trainer.save_checkpoint(path)

@@ -334,21 +334,14 @@ def test_a_float64_predictor_has_no_float32_round_off(
 
 
 @pytest.mark.parametrize("scaled", [True, False])
-def test_a_model_trained_in_float64_predicts_in_float64_by_default(scaled: bool) -> None:
+def test_a_model_trained_in_float64_predicts_in_float64_by_default(
+    scaled: bool, make_trainer: Callable[..., L.Trainer]
+) -> None:
     # dtype=None is "as the model is": the scaling handed a float64 map float32 rows
     L.seed_everything(0)
     dm = _data()
     model = KernelClassifier(NystromLayer(64, 20, gamma=0.5), num_classes=10, lr=1e-2)
-    trainer = L.Trainer(
-        max_epochs=1,
-        precision="64-true",
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model, dm)
+    make_trainer(max_epochs=1, precision="64-true").fit(model, dm)
     raw = torch.from_numpy(_digits()[2][:20])  # float32 rows
     predictor = model.predictor(dm if scaled else None)
     rows = raw if scaled else dm.input_scaling()(raw)
