@@ -12,6 +12,7 @@ import sys
 
 import lightning as L
 import torch
+from ddp_common import run_script
 from sklearn.datasets import make_classification
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -65,4 +66,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddp_common import quiet_ddp_trainer
+from ddp_common import quiet_ddp_trainer, run_script
 from sklearn.datasets import make_classification
 
 from kernel_layers import FourierLayer, KernelClassifier
@@ -28,4 +28,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

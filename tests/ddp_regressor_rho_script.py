@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import torch
-from ddp_common import own_rows_trainer
+from ddp_common import own_rows_trainer, run_script
 from sklearn.datasets import make_regression
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -32,4 +32,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

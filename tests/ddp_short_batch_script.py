@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
-from ddp_common import own_rows_trainer
+from ddp_common import own_rows_trainer, run_script
 from sklearn.datasets import make_classification
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -35,4 +35,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -31,6 +31,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from ddp_common import run_script
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from kernel_layers import KernelClassifier, NystromLayer
@@ -122,4 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -164,6 +164,30 @@ def test_sync_dist_without_process_group_is_local() -> None:
     assert a.item() == discriminant_information(x, labels).item()
 
 
+def test_the_console_script_destroys_the_process_group_it_trained_under(tmp_path: Path) -> None:
+    # Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's
+    # exit could abort the finished process (SIGABRT)
+    run = (
+        "import torch.distributed as dist\n"
+        "from kernel_layers.cli.app import run_lightning_cli\n"
+        "run_lightning_cli(['fit', '--config', 'quickstart', '--trainer.max_epochs=1',"
+        " '--trainer.strategy=ddp', '--trainer.devices=1', '--trainer.accelerator=cpu',"
+        " '--trainer.logger=false', '--trainer.enable_checkpointing=false',"
+        " '--test_after_fit=false'], console=False)\n"
+        "print('group open:', dist.is_initialized())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", run],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        cwd=tmp_path,
+        timeout=300,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines()[-1] == "group open: False"
+
+
 SCRIPT = Path(__file__).with_name("ddp_fit_script.py")
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import torch.distributed as dist
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -55,6 +56,7 @@ __all__ = [
     "KernelLayersCLI",
     "RunConfigSaver",
     "check_j_set_once",
+    "close_process_group",
     "list_recipes",
     "num_classes_of",
     "recipe_path",
@@ -435,3 +437,16 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
             raise
         print(err, file=sys.stderr)
         raise SystemExit(1) from None
+    finally:
+        close_process_group()
+
+
+def close_process_group() -> None:
+    """Destroy ``torch.distributed``'s default process group, if one is open.
+
+    Lightning destroys it at exit for NCCL only; a gloo group (DDP on CPUs) left to the
+    interpreter's exit can abort the process (SIGABRT, "terminate called without an
+    active exception") after the run has finished.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
