@@ -604,6 +604,19 @@ def test_scoring_without_a_checkpoint_is_refused(
             ["fit", "--config", "quickstart", "--model.objective", "xx"],
             "KernelClassifier: argument 'objective' must be one of ['di', 'ls', 'ce'], got 'xx'",
         ),
+        *(
+            (
+                [
+                    command,
+                    "--config",
+                    "quickstart",
+                    "--model.kernel_layer.init_args.in_features=10",
+                ],
+                "KernelClassifier: the kernel layer's in_features=10 must equal the data's "
+                "in_features=64; set in_features to 64",
+            )
+            for command in ("fit", "validate", "test", "predict")
+        ),
     ],
 )
 def test_from_a_console_a_refused_argument_is_a_usage_error(

@@ -15,7 +15,6 @@ saved when the logger is off).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import warnings
@@ -30,6 +29,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerFn
 
 from kernel_layers.cli.config_saver import RunConfigSaver
+from kernel_layers.cli.help_text import help_parser_kwargs
 from kernel_layers.cli.output import (
     CLI_LOGGER,
     EpochLine,
@@ -66,39 +66,10 @@ __all__ = [
 
 log = logging.getLogger(CLI_LOGGER)
 
-#: ``kernel-layers --help``: what the tool is.
-DESCRIPTION = """Train and use kernel layers (Nystrom, random Fourier) with the Discriminant
-Information objective. Start with: kernel-layers fit --config quickstart
-
-LightningCLI's commands (fit, validate, test, predict) take a recipe (--config NAME or
-a YAML file) and overrides (--section.option VALUE); `kernel-layers COMMAND --help`
-lists the options. glibc's allocator is set to keep freed host memory for reuse
-(faster steps on CPU); --host_memory default keeps glibc's settings."""
-
 #: The LightningCLI commands that score a trained model: they need ``--ckpt_path``.
 SCORES_A_CHECKPOINT = ("test", "validate", "predict")
-#: Each LightningCLI command's description and a usage line short enough to read.
-COMMAND_HELP = {
-    "fit": "Train the model of a recipe, then test it and print a summary (test accuracy, "
-    "epochs, where the checkpoint, configuration and logs are).",
-    "validate": "Score a checkpoint on the validation split.",
-    "test": "Score a checkpoint on the test split (--ckpt_path last: the recipe's last.ckpt).",
-    "predict": "Write a checkpoint's predictions for a split or a file of raw rows.",
-}
-
-#: Commands of ``kernel-layers`` besides LightningCLI's, shown in ``--help``.
-EXTRA_COMMANDS = """other commands:
-  kernel-layers recipes             list the shipped recipes (use one as --config NAME)
-  kernel-layers plot RUN_DIR        draw a run's curves (and landmarks / bandwidths)
-  kernel-layers export --config NAME --ckpt_path CKPT [--export_output model.onnx]
-                                    the trained model, with the data's scaling, as ONNX
-  kernel-layers select-gamma ...    the paper's gamma search (3-fold CV, Nystrom + linear SVM)
-
---ckpt_path: a checkpoint whose saved hyper-parameters differ from the configuration is an
-error naming both values; the configuration is never silently replaced."""
 
 
-# ----------------------------------------------------------------------- config saving
 # --------------------------------------------------------------------- ckpt_path check
 def _plain(value: object) -> object:
     """Namespaces and dicts as plain nested dicts (jsonargparse's Namespace has as_dict)."""
@@ -126,21 +97,7 @@ class KernelLayersCLI(LightningCLI):
         self.console = console
         kwargs.setdefault("save_config_callback", RunConfigSaver)
         kwargs.setdefault("trainer_defaults", {"enable_model_summary": False})
-        if "parser_kwargs" not in kwargs:
-            raw = argparse.RawDescriptionHelpFormatter
-            parser_kwargs: dict[str, Any] = {
-                "prog": "kernel-layers",
-                "description": DESCRIPTION,
-                "epilog": EXTRA_COMMANDS,
-                "formatter_class": raw,
-            }
-            for command, text in COMMAND_HELP.items():
-                parser_kwargs[command] = {
-                    "description": text,
-                    "usage": f"kernel-layers {command} [--config RECIPE] [--KEY VALUE]...",
-                    "formatter_class": raw,
-                }
-            kwargs["parser_kwargs"] = parser_kwargs
+        kwargs.setdefault("parser_kwargs", help_parser_kwargs())
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -288,19 +245,28 @@ class KernelLayersCLI(LightningCLI):
 
     def before_fit(self) -> None:
         with self._usage_errors():
+            self._check_sizes()
             self._check_ckpt_path()
 
     def before_validate(self) -> None:
         with self._usage_errors():
+            self._check_sizes()
             self._check_ckpt_path()
 
     def before_test(self) -> None:
         with self._usage_errors():
+            self._check_sizes()
             self._check_ckpt_path()
 
     def before_predict(self) -> None:
         with self._usage_errors():
+            self._check_sizes()
             self._check_predict()
+
+    def _check_sizes(self) -> None:
+        """The data's and the layers' sizes, known before setup (where the model checks
+        them again): a mismatch is a usage error here, not a traceback."""
+        self.model.check_data_sizes(self.datamodule)
 
     def _check_predict(self) -> None:
         """``--ckpt_path`` and the data module's predict source (:meth:`before_predict`)."""
