@@ -164,16 +164,16 @@ def test_sync_dist_without_process_group_is_local() -> None:
     assert a.item() == discriminant_information(x, labels).item()
 
 
-def test_the_console_script_destroys_the_process_group_it_trained_under(tmp_path: Path) -> None:
-    # Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's
-    # exit could abort the finished process (SIGABRT)
+def _group_open_after_the_console_script(tmp_path: Path, before: str, *options: str) -> bool:
+    """Whether a process group is open after ``run_lightning_cli`` (one epoch of the quick
+    start with ``options``) in a fresh interpreter that first runs ``before``."""
+    argv = ["fit", "--config", "quickstart", "--trainer.max_epochs=1", "--trainer.logger=false"]
+    argv += ["--trainer.enable_checkpointing=false", "--test_after_fit=false", *options]
     run = (
         "import torch.distributed as dist\n"
         "from kernel_layers.cli.app import run_lightning_cli\n"
-        "run_lightning_cli(['fit', '--config', 'quickstart', '--trainer.max_epochs=1',"
-        " '--trainer.strategy=ddp', '--trainer.devices=1', '--trainer.accelerator=cpu',"
-        " '--trainer.logger=false', '--trainer.enable_checkpointing=false',"
-        " '--test_after_fit=false'], console=False)\n"
+        f"{before}\n"
+        f"run_lightning_cli({argv!r}, console=False)\n"
         "print('group open:', dist.is_initialized())\n"
     )
     done = subprocess.run(
@@ -185,7 +185,20 @@ def test_the_console_script_destroys_the_process_group_it_trained_under(tmp_path
         text=True,
         check=True,
     )
-    assert done.stdout.splitlines()[-1] == "group open: False"
+    return {"group open: True": True, "group open: False": False}[done.stdout.splitlines()[-1]]
+
+
+def test_the_console_script_destroys_the_process_group_it_trained_under(tmp_path: Path) -> None:
+    # Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's
+    # exit could abort the finished process (SIGABRT)
+    ddp = ("--trainer.strategy=ddp", "--trainer.devices=1", "--trainer.accelerator=cpu")
+    assert not _group_open_after_the_console_script(tmp_path, "", *ddp)
+
+
+def test_the_console_script_leaves_open_a_process_group_its_caller_opened(tmp_path: Path) -> None:
+    url = f"tcp://127.0.0.1:{_free_port()}"
+    before = f"dist.init_process_group('gloo', init_method={url!r}, rank=0, world_size=1)"
+    assert _group_open_after_the_console_script(tmp_path, before)
 
 
 SCRIPT = Path(__file__).with_name("ddp_fit_script.py")

@@ -369,6 +369,9 @@ def _named_option(
 def run_lightning_cli(argv: list[str], *, console: bool) -> None:
     """Run LightningCLI's command in ``argv`` (``fit``, ``validate``, ``test``, ``predict``).
 
+    A process group the run opened (``--trainer.strategy ddp``) is destroyed at its end
+    (:func:`close_process_group`); one the caller opened before stays open.
+
     Args:
         argv: the command line without the program name; ``--config NAME`` may name a
             shipped recipe.
@@ -390,6 +393,7 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
     configure_output()
     if console:
         sys.argv[1:] = argv
+    own_group = not (dist.is_available() and dist.is_initialized())
     try:
         KernelLayersCLI(
             KernelClassifier,
@@ -404,7 +408,8 @@ def run_lightning_cli(argv: list[str], *, console: bool) -> None:
         print(err, file=sys.stderr)
         raise SystemExit(1) from None
     finally:
-        close_process_group()
+        if own_group:  # a group the caller opened before is the caller's to close
+            close_process_group()
 
 
 def close_process_group() -> None:
