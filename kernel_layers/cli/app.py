@@ -243,20 +243,13 @@ class KernelLayersCLI(LightningCLI):
             print(err, file=sys.stderr)
             raise SystemExit(2) from None
 
-    def before_fit(self) -> None:
+    def _check_run(self) -> None:
+        """Before ``fit``, ``validate`` and ``test``: the sizes and ``--ckpt_path``."""
         with self._usage_errors():
             self._check_sizes()
             self._check_ckpt_path()
 
-    def before_validate(self) -> None:
-        with self._usage_errors():
-            self._check_sizes()
-            self._check_ckpt_path()
-
-    def before_test(self) -> None:
-        with self._usage_errors():
-            self._check_sizes()
-            self._check_ckpt_path()
+    before_fit = before_validate = before_test = _check_run
 
     def before_predict(self) -> None:
         with self._usage_errors():
