@@ -11,21 +11,7 @@ from torch import Tensor
 from kernel_layers._validation import check_positive
 from kernel_layers.kernels import Kernel, get_kernel, registered_name
 
-__all__ = ["GammaSetting", "KernelChoice", "check_gamma_unchanged"]
-
-
-def check_gamma_unchanged(owner: str, old: float, new: float) -> None:
-    """Refuse a ``new`` ``gamma`` (checked ``> 0``) for a map whose parameters were drawn
-    at ``old`` (random frequencies); its own value is accepted.
-
-    Raises:
-        AttributeError: ``new`` differs from ``old``.
-    """
-    if new != old:
-        raise AttributeError(
-            f"{owner}: argument 'gamma' is fixed once the map is built (its parameters were "
-            f"drawn at gamma={old:g}), got {new!r}; build a new {owner}(..., gamma={new:g})"
-        )
+__all__ = ["GammaSetting", "KernelChoice"]
 
 
 class GammaSetting:
@@ -55,8 +41,12 @@ class GammaSetting:
         owner = type(self).__name__
         checked = check_positive(owner, "gamma", value)
         old = getattr(self, "_gamma", None)
-        if self._gamma_fixed and old is not None:
-            check_gamma_unchanged(owner, old, checked)
+        if self._gamma_fixed and old is not None and checked != old:
+            raise AttributeError(
+                f"{owner}: argument 'gamma' is fixed once the map is built (its parameters "
+                f"were drawn at gamma={old:g}), got {checked!r}; build a new "
+                f"{owner}(..., gamma={checked:g})"
+            )
         self._gamma = checked
         self._on_gamma(checked)
 
