@@ -5,6 +5,7 @@ held-out rows). The training loop is :func:`kernel_layers.sklearn.training.train
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from numbers import Integral
 from typing import Any, NamedTuple
@@ -30,7 +31,13 @@ from kernel_layers.layers.fourier import FourierLayer
 from kernel_layers.layers.nystrom import NystromLayer
 from kernel_layers.selection.rho import rho_for_epoch, rho_from_penalty
 from kernel_layers.sklearn.inputs import check_rows, default_gamma, map_rows
-from kernel_layers.sklearn.readout import fit_loo_ridge, fit_ridge, held_out_alpha, scale_of
+from kernel_layers.sklearn.readout import (
+    fit_loo_ridge,
+    fit_ridge,
+    held_out_alpha,
+    scale_of,
+    signed_targets,
+)
 from kernel_layers.sklearn.training import (
     DEFAULT_BATCH,
     DEFAULT_LR,
@@ -136,7 +143,7 @@ def build_map(
     return FourierLayer(x.shape[1], width, kernel=kernel, gamma=gamma, seed=seed, dtype=x.dtype)
 
 
-class HeldOutScore:
+class HeldOutScore(ABC):
     """The held-out score of a map, called with it: a ridge read-out fitted on the map's
     features of ``x_fit [N, D]`` (targets ``y_fit``), scored on ``x_held [M, D]``
     (targets ``y_held``). The read-out's penalty is chosen once, by closed-form
@@ -151,14 +158,14 @@ class HeldOutScore:
         #: The penalty every map was scored with, in units of its features' scale.
         self.relative_alpha: float | None = None
 
+    @abstractmethod
     def loo_alpha(self, features: np.ndarray) -> float:
         """The penalty closed-form leave-one-out chooses for ``features [N, J]`` of the
         rows ``x_fit`` (on the unscaled ``Phi^T Phi``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def __call__(self, layer: KernelFeatureMap) -> tuple[float, ...]:
         """``layer``'s held-out score, higher is better (compared as a tuple)."""
-        raise NotImplementedError
 
     def penalty(self, features: np.ndarray) -> float:
         """The read-out's penalty for ``features [N, J]`` of the rows ``x_fit``, in units
@@ -180,7 +187,8 @@ class HeldOutAccuracy(HeldOutScore):
     ) -> None:
         super().__init__(x_fit, y_fit, x_held, y_held)
         self.classes = int(max(y_fit.max(), y_held.max())) + 1
-        self.targets = np.eye(self.classes)[y_held] * 2 - 1
+        held = torch.as_tensor(y_held, dtype=torch.long)
+        self.targets = signed_targets(held, self.classes).numpy()  # [M, L]
 
     def loo_alpha(self, features: np.ndarray) -> float:
         return fit_loo_ridge(features, self.y_fit, self.classes, calibrate=False).alpha
