@@ -213,18 +213,21 @@ def fit_loo_ridge(
     labels = torch.as_tensor(codes, dtype=torch.long)
     found = _Decomposition(features, labels, classes)
     scale = scale_of(features)
-    alphas = torch.as_tensor(ALPHAS * scale if alpha is None else [alpha], dtype=torch.float64)
-    accuracy, error = torch.empty_like(alphas), torch.empty_like(alphas)
-    for i, candidate in enumerate(alphas.tolist()):
-        loo = found.loo_scores(candidate)  # [N, L]
-        accuracy[i] = (loo.argmax(1) == labels).to(torch.float64).mean()
-        error[i] = ((found.targets - loo) ** 2).mean()
+    candidates = (ALPHAS * scale).tolist() if alpha is None else [alpha]
     # the most accurate penalty; among those, the smallest leave-one-out squared error
-    best = int(torch.argmin(torch.where(accuracy == accuracy.max(), error, torch.inf)))
-    chosen = float(alphas[best])
+    # (the first of equals); its scores [N, L] are kept for the temperature
+    best: tuple[float, float, float, torch.Tensor] | None = None
+    for candidate in candidates:
+        loo = found.loo_scores(float(candidate))  # [N, L]
+        accuracy = float((loo.argmax(1) == labels).to(torch.float64).mean())
+        error = float(((found.targets - loo) ** 2).mean())
+        if best is None or (accuracy, -error) > (best[0], -best[1]):
+            best = (accuracy, error, float(candidate), loo)
+    assert best is not None  # at least one candidate
+    accuracy, _, chosen, loo = best
     coef, intercept = found.weights(chosen)
-    temperature = _temperature(found.loo_scores(chosen), labels) if calibrate else 1.0
-    return LooRidge(coef.numpy(), intercept.numpy(), chosen, temperature, float(accuracy[best]))
+    temperature = _temperature(loo, labels) if calibrate else 1.0
+    return LooRidge(coef.numpy(), intercept.numpy(), chosen, temperature, accuracy)
 
 
 def fit_loo_ridge_targets(
